@@ -1,0 +1,319 @@
+// The native CPU implementation of rope_matrix, rope_matrix_qk and rope_matrix_ (CPU dispatch key).
+//
+// Loop order. The dims of x (all but the last) split into
+//   table dims:     where sin or cos varies (size > 1), e.g. S for [1, 1, S, D] tables;
+//   broadcast dims: where both tables are broadcast, e.g. B and N.
+// Work is cut into blocks of R consecutive table rows. A block converts its cos/sin rows to the
+// compute type once (small enough to stay in L1), then runs over every broadcast position (every
+// head and batch, of q and of k) for those R table rows, as the NPU kernel reuses its UB copy of the
+// tables across B*N. Blocks (and, when there are few of them, slices of the broadcast positions)
+// are spread over threads with at::parallel_for.
+#include <ATen/Parallel.h>
+#include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <vector>
+
+#include "cpu_kernel/rotate_plan.h"
+#include "cpu_kernel/rows.h"
+#include "validation/rope_matrix_validate.h"
+
+namespace npu_ops_transformer_ext {
+namespace cpu {
+
+namespace {
+
+constexpr int kMaxDims = 16;           // x rank limit of this kernel (checked)
+constexpr int64_t kTableBlockBytes = 16 * 1024;  // cos + sin rows of one block, compute type
+constexpr int64_t kMaxBlockRows = 64;
+
+// A list of dims with one stride per tensor that walks them.
+struct Odometer {
+  int n = 0;
+  std::array<int64_t, kMaxDims> size{};
+  std::array<int64_t, kMaxDims> idx{};
+};
+
+// One x (and its output) of the call: rope_matrix has one, rope_matrix_qk two.
+struct Operand {
+  const char* x_base;
+  char* out_base;
+  int64_t elem;                        // bytes per element
+  // table dims (same list for every operand), strides in elements
+  std::array<int64_t, kMaxDims> t_xstride{}, t_ostride{};
+  // broadcast dims of this operand
+  int nb = 0;
+  std::array<int64_t, kMaxDims> b_size{}, b_xstride{}, b_ostride{};
+  int64_t nbc = 1;                     // number of broadcast positions
+};
+
+struct Tables {
+  int nt = 0;
+  std::array<int64_t, kMaxDims> t_size{}, sin_stride{}, cos_stride{};
+  int64_t ntr = 1;  // number of table rows
+  const char* sin_base;
+  const char* cos_base;
+  at::ScalarType sin_dtype, cos_dtype;
+};
+
+template <typename C>
+void convert_table_row(const char* src, at::ScalarType t, int64_t D, int64_t Dp, const int8_t* sign,
+                       C* dst) {
+  switch (t) {
+    case at::kBFloat16: {
+      auto p = reinterpret_cast<const c10::BFloat16*>(src);
+      for (int64_t j = 0; j < D; ++j) dst[j] = static_cast<C>(static_cast<float>(p[j]));
+      break;
+    }
+    case at::kHalf: {
+      auto p = reinterpret_cast<const c10::Half*>(src);
+      for (int64_t j = 0; j < D; ++j) dst[j] = static_cast<C>(static_cast<float>(p[j]));
+      break;
+    }
+    case at::kFloat: {
+      auto p = reinterpret_cast<const float*>(src);
+      for (int64_t j = 0; j < D; ++j) dst[j] = static_cast<C>(p[j]);
+      break;
+    }
+    default: {
+      auto p = reinterpret_cast<const double*>(src);
+      for (int64_t j = 0; j < D; ++j) dst[j] = static_cast<C>(p[j]);
+      break;
+    }
+  }
+  if (sign != nullptr) {
+    for (int64_t j = 0; j < D; ++j) dst[j] = sign[j] < 0 ? -dst[j] : dst[j];
+  }
+  for (int64_t j = D; j < Dp; ++j) dst[j] = C(0);
+}
+
+int64_t elem_size(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
+
+// Splits x's dims into table dims and broadcast dims (aligned from the right, last dim excluded).
+// Table dims are taken from the tables; every operand has the same table dims.
+Tables describe_tables(const at::Tensor& sin, const at::Tensor& cos, int rank) {
+  Tables t;
+  t.sin_base = static_cast<const char*>(sin.const_data_ptr());
+  t.cos_base = static_cast<const char*>(cos.const_data_ptr());
+  t.sin_dtype = sin.scalar_type();
+  t.cos_dtype = cos.scalar_type();
+  for (int k = rank - 1; k >= 1; --k) {  // k: distance from the last dim, outermost first
+    const int64_t ss = sin.dim() > k ? sin.size(-1 - k) : 1;
+    const int64_t cs = cos.dim() > k ? cos.size(-1 - k) : 1;
+    if (ss == 1 && cs == 1) continue;
+    TORCH_CHECK(t.nt < kMaxDims, "rope_matrix: tables with more than ", kMaxDims, " dims");
+    t.t_size[t.nt] = std::max(ss, cs);
+    t.sin_stride[t.nt] = ss == 1 ? 0 : sin.stride(-1 - k);
+    t.cos_stride[t.nt] = cs == 1 ? 0 : cos.stride(-1 - k);
+    t.ntr *= t.t_size[t.nt];
+    ++t.nt;
+  }
+  return t;
+}
+
+Operand describe_operand(const at::Tensor& x, const at::Tensor& out, const at::Tensor& sin,
+                         const at::Tensor& cos) {
+  Operand o;
+  o.x_base = static_cast<const char*>(x.const_data_ptr());
+  o.out_base = static_cast<char*>(out.data_ptr());
+  o.elem = elem_size(x.scalar_type());
+  const int rank = static_cast<int>(x.dim());
+  int nt = 0;
+  for (int k = rank - 1; k >= 1; --k) {
+    const int d = rank - 1 - k;
+    const int64_t ss = sin.dim() > k ? sin.size(-1 - k) : 1;
+    const int64_t cs = cos.dim() > k ? cos.size(-1 - k) : 1;
+    if (ss > 1 || cs > 1) {
+      o.t_xstride[nt] = x.stride(d);
+      o.t_ostride[nt] = out.stride(d);
+      ++nt;
+    } else if (x.size(d) > 1) {
+      o.b_size[o.nb] = x.size(d);
+      o.b_xstride[o.nb] = x.stride(d);
+      o.b_ostride[o.nb] = out.stride(d);
+      o.nbc *= x.size(d);
+      ++o.nb;
+    }
+  }
+  return o;
+}
+
+// Sets idx to the multi-index of linear position `pos` over sizes[0..n) (last fastest).
+inline void unravel(int64_t pos, int n, const int64_t* size, int64_t* idx) {
+  for (int d = n - 1; d >= 0; --d) {
+    idx[d] = pos % size[d];
+    pos /= size[d];
+  }
+}
+
+inline void advance(int n, const int64_t* size, int64_t* idx) {
+  for (int d = n - 1; d >= 0; --d) {
+    if (++idx[d] < size[d]) return;
+    idx[d] = 0;
+  }
+}
+
+template <typename C>
+void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>& ops, RowsFn rows) {
+  const int64_t D = plan.D, Dp = plan.Dp;
+  const int64_t R = std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))),
+                                        1, kMaxBlockRows);
+  const int64_t nblocks = (tab.ntr + R - 1) / R;
+  int64_t max_nbc = 1;
+  for (const auto& o : ops) max_nbc = std::max(max_nbc, o.nbc);
+  // Enough work items to keep every thread busy even with few table blocks.
+  const int64_t want = 8 * static_cast<int64_t>(at::get_num_threads());
+  const int64_t nslices = std::clamp<int64_t>((want + nblocks - 1) / nblocks, 1, max_nbc);
+  const int8_t* sign = plan.is_perm ? plan.sign.data() : nullptr;
+
+  at::parallel_for(0, nblocks * nslices, 1, [&](int64_t begin, int64_t end) {
+    const int64_t scratch_len = kScratchRows * (Dp + kLanes) * static_cast<int64_t>(sizeof(double));
+    const int64_t tab_len = 2 * R * Dp;
+    std::unique_ptr<char[]> mem(new char[scratch_len + tab_len * sizeof(C) + 128]);
+    char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mem.get()) + 63) & ~uintptr_t(63));
+    void* scratch = aligned;
+    C* tabbuf = reinterpret_cast<C*>(aligned + scratch_len);
+    std::array<int64_t, kMaxBlockRows> sin_off{}, cos_off{};
+    std::vector<std::array<int64_t, kMaxBlockRows>> xt_off(ops.size()), ot_off(ops.size());
+    std::array<const void*, kMaxBlockRows> xrow{}, cosrow{}, sinrow{};
+    std::array<void*, kMaxBlockRows> orow{};
+    std::array<int64_t, kMaxDims> tidx{}, bidx{};
+
+    for (int64_t item = begin; item < end; ++item) {
+      const int64_t blk = item / nslices, slice = item % nslices;
+      const int64_t t0 = blk * R;
+      const int64_t nr = std::min(R, tab.ntr - t0);
+      // Offsets of the block's table rows, and its table rows in the compute type.
+      unravel(t0, tab.nt, tab.t_size.data(), tidx.data());
+      for (int64_t r = 0; r < nr; ++r) {
+        int64_t so = 0, co = 0;
+        for (int d = 0; d < tab.nt; ++d) {
+          so += tidx[d] * tab.sin_stride[d];
+          co += tidx[d] * tab.cos_stride[d];
+        }
+        for (size_t i = 0; i < ops.size(); ++i) {
+          int64_t xo = 0, oo = 0;
+          for (int d = 0; d < tab.nt; ++d) {
+            xo += tidx[d] * ops[i].t_xstride[d];
+            oo += tidx[d] * ops[i].t_ostride[d];
+          }
+          xt_off[i][r] = xo * ops[i].elem;
+          ot_off[i][r] = oo * ops[i].elem;
+        }
+        C* cbuf = tabbuf + (2 * r) * Dp;
+        C* sbuf = cbuf + Dp;
+        convert_table_row<C>(tab.cos_base + co * elem_size(tab.cos_dtype), tab.cos_dtype, D, Dp, nullptr, cbuf);
+        convert_table_row<C>(tab.sin_base + so * elem_size(tab.sin_dtype), tab.sin_dtype, D, Dp, sign, sbuf);
+        cosrow[r] = cbuf;
+        sinrow[r] = sbuf;
+        advance(tab.nt, tab.t_size.data(), tidx.data());
+      }
+      // Every broadcast position of every operand in this slice, over the block's rows.
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const Operand& o = ops[i];
+        const int64_t b0 = slice * o.nbc / nslices, b1 = (slice + 1) * o.nbc / nslices;
+        if (b0 >= b1) continue;
+        unravel(b0, o.nb, o.b_size.data(), bidx.data());
+        for (int64_t bpos = b0; bpos < b1; ++bpos) {
+          int64_t xb = 0, ob = 0;
+          for (int d = 0; d < o.nb; ++d) {
+            xb += bidx[d] * o.b_xstride[d];
+            ob += bidx[d] * o.b_ostride[d];
+          }
+          for (int64_t r = 0; r < nr; ++r) {
+            xrow[r] = o.x_base + xb * o.elem + xt_off[i][r];
+            orow[r] = o.out_base + ob * o.elem + ot_off[i][r];
+          }
+          rows(plan, RowBatch{nr, xrow.data(), orow.data(), cosrow.data(), sinrow.data()}, scratch);
+          advance(o.nb, o.b_size.data(), bidx.data());
+        }
+      }
+    }
+  });
+}
+
+// x with unit stride in its last dim (the row kernels read rows as contiguous runs).
+at::Tensor rows_contiguous(const at::Tensor& t) {
+  return (t.size(-1) <= 1 || t.stride(-1) == 1) ? t : t.contiguous();
+}
+
+// Runs the kernel for every (x, out) pair with one plan and one pass over the tables.
+void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Tensor& y,
+         const at::Tensor& sin_in, const at::Tensor& cos_in) {
+  const at::Tensor& x0 = xs.front().first;
+  int64_t numel = 0;
+  for (const auto& p : xs) numel += p.first.numel();
+  if (numel == 0) return;
+  TORCH_CHECK(x0.dim() <= kMaxDims, "rope_matrix: x must have rank <= ", kMaxDims, ", got ", x0.dim());
+  const RotatePlan plan = make_rotate_plan(y);
+  const at::Tensor sin = rows_contiguous(sin_in), cos = rows_contiguous(cos_in);
+  const int rank = static_cast<int>(std::max<int64_t>({x0.dim(), sin.dim(), cos.dim()}));
+  const Tables tab = describe_tables(sin, cos, rank);
+  std::vector<Operand> ops;
+  for (const auto& p : xs) {
+    if (p.first.numel() > 0) ops.push_back(describe_operand(p.first, p.second, sin, cos));
+  }
+  const RowsFn rows = select_rows_fn(x0.scalar_type(), plan);
+  if (x0.scalar_type() == at::kDouble) {
+    run_blocks<double>(plan, tab, ops, rows);
+  } else {
+    run_blocks<float>(plan, tab, ops, rows);
+  }
+}
+
+at::Tensor rope_matrix_cpu(const at::Tensor& x_in, const at::Tensor& y, const at::Tensor& sin,
+                           const at::Tensor& cos) {
+  check_rope_matrix_inputs("rope_matrix", x_in, y, sin, cos);
+  const at::Tensor x = rows_contiguous(x_in);
+  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  run({{x, out}}, y, sin, cos);
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> rope_matrix_qk_cpu(const at::Tensor& q_in, const at::Tensor& k_in,
+                                                      const at::Tensor& y, const at::Tensor& sin,
+                                                      const at::Tensor& cos) {
+  check_rope_matrix_inputs("rope_matrix_qk", q_in, y, sin, cos, "q");
+  check_rope_matrix_inputs("rope_matrix_qk", k_in, y, sin, cos, "k");
+  TORCH_CHECK_TYPE(q_in.scalar_type() == k_in.scalar_type(),
+                   "rope_matrix_qk: q and k must have the same dtype, got ", q_in.scalar_type(),
+                   " and ", k_in.scalar_type());
+  const at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in);
+  at::Tensor q_out = at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor k_out = at::empty(k.sizes(), k.options().memory_format(at::MemoryFormat::Contiguous));
+  if (q.dim() == k.dim()) {
+    run({{q, q_out}, {k, k_out}}, y, sin, cos);  // one pass over the tables
+  } else {
+    run({{q, q_out}}, y, sin, cos);
+    run({{k, k_out}}, y, sin, cos);
+  }
+  return {q_out, k_out};
+}
+
+void rope_matrix_inplace_cpu(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
+                             const at::Tensor& cos) {
+  check_rope_matrix_inputs("rope_matrix_", x, y, sin, cos);
+  check_rope_matrix_inplace("rope_matrix_", x, y, sin, cos);
+  if (x.size(-1) <= 1 || x.stride(-1) == 1) {
+    run({{x, x}}, y, sin, cos);  // each row is read whole before it is written
+  } else {
+    at::Tensor xc = x.contiguous();
+    run({{xc, xc}}, y, sin, cos);
+    const_cast<at::Tensor&>(x).copy_(xc);
+  }
+}
+
+}  // namespace
+}  // namespace cpu
+}  // namespace npu_ops_transformer_ext
+
+TORCH_LIBRARY_IMPL(npu_ops_transformer_ext, CPU, m) {
+  m.impl("rope_matrix", &npu_ops_transformer_ext::cpu::rope_matrix_cpu);
+  m.impl("rope_matrix_qk", &npu_ops_transformer_ext::cpu::rope_matrix_qk_cpu);
+  m.impl("rope_matrix_", &npu_ops_transformer_ext::cpu::rope_matrix_inplace_cpu);
+}

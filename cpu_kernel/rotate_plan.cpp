@@ -1,0 +1,104 @@
+#include "cpu_kernel/rotate_plan.h"
+
+#include <algorithm>
+
+namespace npu_ops_transformer_ext {
+namespace cpu {
+
+namespace {
+
+// Finds (partner, sign) per column; false as soon as y is not a signed (partial) permutation.
+bool find_signed_permutation(const double* y, int64_t D, std::vector<int32_t>& partner,
+                             std::vector<int8_t>& sign) {
+  partner.assign(D, -1);
+  sign.assign(D, 1);
+  std::vector<uint8_t> row_used(D, 0);
+  for (int64_t i = 0; i < D; ++i) {
+    for (int64_t j = 0; j < D; ++j) {
+      const double v = y[i * D + j];
+      if (v == 0.0) continue;
+      if ((v != 1.0 && v != -1.0) || partner[j] >= 0 || row_used[i]) return false;
+      partner[j] = static_cast<int32_t>(i);
+      sign[j] = v > 0 ? 1 : -1;
+      row_used[i] = 1;
+    }
+  }
+  return true;
+}
+
+ChunkPlan plan_chunk(const std::vector<int32_t>& partner, int64_t D, int64_t c) {
+  ChunkPlan p{};
+  const int64_t j0 = c * kLanes;
+  const int64_t n = std::min<int64_t>(kLanes, D - j0);
+  for (int64_t l = 0; l < n; ++l) {
+    if (partner[j0 + l] >= 0) p.nonzero_mask |= 1u << l;
+  }
+  // Offset: every live lane l reads partner[j0] + l.
+  bool offset = p.nonzero_mask == ((n == kLanes) ? 0xFFFFu : ((1u << n) - 1));
+  for (int64_t l = 0; offset && l < n; ++l) {
+    offset = partner[j0 + l] == partner[j0] + l;
+  }
+  if (offset) {
+    p.kind = static_cast<int32_t>(ChunkKind::kOffset);
+    p.start = partner[j0];
+    return p;
+  }
+  // Permute: the partners of the live lanes lie in at most two aligned 16-float vectors.
+  int32_t va = -1, vb = -1;
+  bool two = true;
+  for (int64_t l = 0; l < n && two; ++l) {
+    if (partner[j0 + l] < 0) continue;
+    const int32_t v = partner[j0 + l] / kLanes;
+    if (va < 0 || v == va) {
+      va = v;
+    } else if (vb < 0 || v == vb) {
+      vb = v;
+    } else {
+      two = false;
+    }
+  }
+  if (va < 0) va = 0;
+  if (vb < 0) vb = va;
+  if (two) {
+    p.kind = static_cast<int32_t>(ChunkKind::kPermute);
+    p.a = va;
+    p.b = vb;
+    for (int64_t l = 0; l < n; ++l) {
+      const int32_t s = partner[j0 + l];
+      if (s < 0) continue;
+      p.idx[l] = (s / kLanes == va) ? (s % kLanes) : (kLanes + s % kLanes);
+    }
+    return p;
+  }
+  p.kind = static_cast<int32_t>(ChunkKind::kGather);
+  for (int64_t l = 0; l < n; ++l) p.idx[l] = std::max(partner[j0 + l], 0);
+  return p;
+}
+
+}  // namespace
+
+RotatePlan make_rotate_plan(const at::Tensor& y) {
+  RotatePlan plan;
+  const int64_t D = y.size(0);
+  plan.D = D;
+  plan.Dp = (D + kLanes - 1) / kLanes * kLanes;
+  const at::Tensor y64 = y.to(at::kDouble).contiguous();
+  const double* yp = y64.data_ptr<double>();
+  plan.is_perm = find_signed_permutation(yp, D, plan.partner, plan.sign);
+  if (plan.is_perm) {
+    for (int64_t c = 0; c < plan.Dp / kLanes; ++c) plan.chunks.push_back(plan_chunk(plan.partner, D, c));
+    return plan;
+  }
+  plan.y64.assign(D * plan.Dp, 0.0);
+  plan.y32.assign(D * plan.Dp, 0.0f);
+  for (int64_t i = 0; i < D; ++i) {
+    for (int64_t j = 0; j < D; ++j) {
+      plan.y64[i * plan.Dp + j] = yp[i * D + j];
+      plan.y32[i * plan.Dp + j] = static_cast<float>(yp[i * D + j]);
+    }
+  }
+  return plan;
+}
+
+}  // namespace cpu
+}  // namespace npu_ops_transformer_ext

@@ -1,0 +1,56 @@
+// A rotate matrix y compiled once per call into what the row kernels need.
+//
+// A *signed permutation* (each column and each row of y holds at most one non-zero, +1 or -1) is
+// compiled into a partner index and a sign per output column j: (x @ y)[j] = sign[j] * x[partner[j]]
+// (partner[j] = -1 and sign[j] = +1 for an all-zero column: (x @ y)[j] = 0). The sign is folded into
+// the sin table, so the fused step is out[j] = x[j] * cos[j] + x[partner[j]] * (sign[j] * sin[j]),
+// which equals the fp32 formula bit for bit (negation is exact). For the AVX-512 rows the partner
+// list is further compiled per 16-lane chunk into an offset load, an in-register two-source permute,
+// or (the fallback) a gather.
+//
+// Any other y is *dense*: kept as a float matrix for the blocked GEMM rows.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace npu_ops_transformer_ext {
+namespace cpu {
+
+constexpr int64_t kLanes = 16;  // fp32 lanes of one AVX-512 register
+
+// How one 16-lane output chunk finds its partners in the fp32 row buffer.
+enum class ChunkKind : int32_t {
+  kOffset = 0,   // partners are xf[start .. start+15], consecutive: one unaligned load
+  kPermute = 1,  // partners lie in the aligned vectors a and b: one two-source permute
+  kGather = 2,   // anything else: one gather
+};
+
+struct alignas(64) ChunkPlan {
+  int32_t idx[kLanes];    // kPermute: lane index into (vector a | vector b); kGather: xf index
+  int32_t kind;           // ChunkKind
+  int32_t start;          // kOffset: first partner index
+  int32_t a, b;           // kPermute: source vectors (in units of 16 floats)
+  uint32_t nonzero_mask;  // lanes whose partner exists (zero column -> lane forced to 0)
+};
+
+struct RotatePlan {
+  int64_t D = 0;
+  int64_t Dp = 0;         // D rounded up to a multiple of kLanes
+  bool is_perm = false;   // signed (partial) permutation
+  // Signed permutation:
+  std::vector<int32_t> partner;  // [D], -1 for an all-zero column
+  std::vector<int8_t> sign;      // [D], +1 or -1
+  std::vector<ChunkPlan> chunks; // [Dp / 16]
+  // Dense: y as double and as float, row-major [D][Dp] with zero padding.
+  std::vector<double> y64;
+  std::vector<float> y32;
+};
+
+// Inspects y ([D, D], any dtype/strides) in O(D^2) and compiles it.
+RotatePlan make_rotate_plan(const at::Tensor& y);
+
+}  // namespace cpu
+}  // namespace npu_ops_transformer_ext

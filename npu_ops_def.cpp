@@ -1,0 +1,21 @@
+// The operator schemas of npu_ops_transformer_ext: the one TORCH_LIBRARY block.
+// Backends register implementations in their own files: cpu_kernel/ (CPU), torch_interface.cpp
+// (PrivateUse1, NPU builds only). The fake (meta) kernels and autograd live in Python
+// (python/npu_ops_transformer_ext/ops.py), one place for each.
+#include <Python.h>
+#include <torch/library.h>
+
+TORCH_LIBRARY(npu_ops_transformer_ext, m) {
+  // out = x * cos + (x @ y) * sin, computed in fp32, rounded once to x.dtype.
+  m.def("rope_matrix(Tensor x, Tensor y, Tensor sin, Tensor cos) -> Tensor");
+  // rope_matrix on q and k in one pass over the tables (q and k may differ in head count).
+  m.def("rope_matrix_qk(Tensor q, Tensor k, Tensor y, Tensor sin, Tensor cos) -> (Tensor, Tensor)");
+  // In-place: x <- rope_matrix(x, y, sin, cos).
+  m.def("rope_matrix_(Tensor(a!) x, Tensor y, Tensor sin, Tensor cos) -> ()");
+}
+
+// `import npu_ops_transformer_ext._C` loads this library, which runs the registrations above.
+extern "C" PyObject* PyInit__C(void) {
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module_def);
+}

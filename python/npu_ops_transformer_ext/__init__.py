@@ -1,0 +1,34 @@
+"""npu_ops_transformer_ext: RoPE-Matrix (RoME), rotary position embedding as one fused operator.
+
+    out = x * cos + (x @ y) * sin        (fp32 math, one rounding to x.dtype)
+
+Importing the package registers ``torch.ops.npu_ops_transformer_ext.rope_matrix`` (and its fused
+q/k and in-place variants) for CPU, for Meta/fake tensors (torch.compile) and, in NPU builds, for
+Ascend NPUs. torch_npu is never needed to import the package.
+"""
+import torch  # noqa: F401  (loads libtorch before our extension)
+
+from . import _C  # noqa: F401  (registers the schemas and the CPU kernel)
+from .ops import rope_matrix, rope_matrix_, rope_matrix_qk
+from .matrices import (
+    compose_matrix,
+    get_half_matrix,
+    get_interleave_half_matrix,
+    get_interleave_matrix,
+    get_quarter_matrix,
+    is_signed_permutation,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "rope_matrix",
+    "rope_matrix_",
+    "rope_matrix_qk",
+    "compose_matrix",
+    "get_half_matrix",
+    "get_interleave_half_matrix",
+    "get_interleave_matrix",
+    "get_quarter_matrix",
+    "is_signed_permutation",
+]

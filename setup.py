@@ -1,0 +1,51 @@
+"""Builds the wheel by driving CMake (CMakeLists.txt is the single build truth).
+
+    python -m build --wheel -n      # -n: build against the torch already installed
+    pip install dist/*.whl
+
+Environment:
+    NPU_OPS_BUILD_TYPE   CMake build type (default Release)
+    NPU_OPS_JOBS         parallel compile jobs (default: number of CPUs)
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name):
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        # The package directory inside the build tree: CMake writes every module there.
+        package_dir = Path(self.get_ext_fullpath(ext.name)).resolve().parent
+        package_dir.mkdir(parents=True, exist_ok=True)
+        build_dir = Path(self.build_temp).resolve() / "cmake"
+        build_dir.mkdir(parents=True, exist_ok=True)
+        build_type = os.environ.get("NPU_OPS_BUILD_TYPE", "Release")
+        jobs = os.environ.get("NPU_OPS_JOBS", str(os.cpu_count() or 1))
+        subprocess.check_call(
+            [
+                "cmake",
+                str(ROOT),
+                f"-DCMAKE_BUILD_TYPE={build_type}",
+                f"-DPython3_EXECUTABLE={sys.executable}",
+                f"-DNPU_OPS_PACKAGE_DIR={package_dir}",
+            ],
+            cwd=build_dir,
+        )
+        subprocess.check_call(["cmake", "--build", ".", "-j", jobs], cwd=build_dir)
+
+
+setup(
+    ext_modules=[CMakeExtension("npu_ops_transformer_ext._C")],
+    cmdclass={"build_ext": CMakeBuild},
+)

@@ -1,0 +1,40 @@
+// The one input validator shared by every backend (CPU kernel, NPU binding, CPU twin).
+//
+// Every check runs before anything is written and its message names the argument, the expected
+// and the actual shape/dtype, e.g.
+//   rope_matrix: y must be [D, D] with D = x.size(-1) = 128, got [64, 64]
+// The limits quoted in the README are the constants below.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+namespace npu_ops_transformer_ext {
+
+// x must have at least this many dimensions: [..., S, D] (BNSD, BSND, [S, D], ...).
+constexpr int64_t kMinXRank = 2;
+
+// True for the dtypes x may have: bfloat16, float16, float32, float64.
+bool is_supported_x_dtype(at::ScalarType t);
+
+// "[1, 24, 8192, 128]"
+std::string shape_str(at::IntArrayRef sizes);
+
+// Checks one rope_matrix problem. `op` prefixes every message; `x_name` names the x argument
+// ("x", "q", "k"). Throws c10::Error (ValueError/TypeError in Python) on the first violation.
+//   x:        rank >= 2, dtype bf16/fp16/fp32/fp64, last dim D
+//   y:        [D, D], dtype x.dtype or float32
+//   sin, cos: rank 1..x.dim(), last dim D, every other dim 1 or equal to x's (aligned from the
+//             right), dtype x.dtype or float32
+//   all tensors on x's device
+void check_rope_matrix_inputs(const char* op, const at::Tensor& x, const at::Tensor& y,
+                              const at::Tensor& sin, const at::Tensor& cos,
+                              const char* x_name = "x");
+
+// Extra checks for the in-place variant: x must be writable through every element exactly once and
+// must not share memory with y, sin or cos.
+void check_rope_matrix_inplace(const char* op, const at::Tensor& x, const at::Tensor& y,
+                               const at::Tensor& sin, const at::Tensor& cos);
+
+}  // namespace npu_ops_transformer_ext
