@@ -19,6 +19,10 @@
 #include <memory>
 #include <vector>
 
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
 #include "cpu_kernel/rotate_plan.h"
 #include "cpu_kernel/rows.h"
 #include "validation/rope_matrix_validate.h"
@@ -60,37 +64,6 @@ struct Tables {
   const char* cos_base;
   at::ScalarType sin_dtype, cos_dtype;
 };
-
-template <typename C>
-void convert_table_row(const char* src, at::ScalarType t, int64_t D, int64_t Dp, const int8_t* sign,
-                       C* dst) {
-  switch (t) {
-    case at::kBFloat16: {
-      auto p = reinterpret_cast<const c10::BFloat16*>(src);
-      for (int64_t j = 0; j < D; ++j) dst[j] = static_cast<C>(static_cast<float>(p[j]));
-      break;
-    }
-    case at::kHalf: {
-      auto p = reinterpret_cast<const c10::Half*>(src);
-      for (int64_t j = 0; j < D; ++j) dst[j] = static_cast<C>(static_cast<float>(p[j]));
-      break;
-    }
-    case at::kFloat: {
-      auto p = reinterpret_cast<const float*>(src);
-      for (int64_t j = 0; j < D; ++j) dst[j] = static_cast<C>(p[j]);
-      break;
-    }
-    default: {
-      auto p = reinterpret_cast<const double*>(src);
-      for (int64_t j = 0; j < D; ++j) dst[j] = static_cast<C>(p[j]);
-      break;
-    }
-  }
-  if (sign != nullptr) {
-    for (int64_t j = 0; j < D; ++j) dst[j] = sign[j] < 0 ? -dst[j] : dst[j];
-  }
-  for (int64_t j = D; j < Dp; ++j) dst[j] = C(0);
-}
 
 int64_t elem_size(at::ScalarType t) { return static_cast<int64_t>(c10::elementSize(t)); }
 
@@ -159,7 +132,7 @@ inline void advance(int n, const int64_t* size, int64_t* idx) {
 }
 
 template <typename C>
-void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>& ops, RowsFn rows) {
+void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>& ops, const Kernels& k) {
   const int64_t D = plan.D, Dp = plan.Dp;
   const int64_t R = std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))),
                                         1, kMaxBlockRows);
@@ -169,7 +142,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
   // Enough work items to keep every thread busy even with few table blocks.
   const int64_t want = 8 * static_cast<int64_t>(at::get_num_threads());
   const int64_t nslices = std::clamp<int64_t>((want + nblocks - 1) / nblocks, 1, max_nbc);
-  const int8_t* sign = plan.is_perm ? plan.sign.data() : nullptr;
+  const uint32_t* sign_bits = plan.is_perm ? plan.sign_bits.data() : nullptr;
 
   at::parallel_for(0, nblocks * nslices, 1, [&](int64_t begin, int64_t end) {
     const int64_t scratch_len = kScratchRows * (Dp + kLanes) * static_cast<int64_t>(sizeof(double));
@@ -207,8 +180,8 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
         }
         C* cbuf = tabbuf + (2 * r) * Dp;
         C* sbuf = cbuf + Dp;
-        convert_table_row<C>(tab.cos_base + co * elem_size(tab.cos_dtype), tab.cos_dtype, D, Dp, nullptr, cbuf);
-        convert_table_row<C>(tab.sin_base + so * elem_size(tab.sin_dtype), tab.sin_dtype, D, Dp, sign, sbuf);
+        k.cos_table(tab.cos_base + co * elem_size(tab.cos_dtype), D, Dp, nullptr, cbuf);
+        k.sin_table(tab.sin_base + so * elem_size(tab.sin_dtype), D, Dp, sign_bits, sbuf);
         cosrow[r] = cbuf;
         sinrow[r] = sbuf;
         advance(tab.nt, tab.t_size.data(), tidx.data());
@@ -229,12 +202,31 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
             xrow[r] = o.x_base + xb * o.elem + xt_off[i][r];
             orow[r] = o.out_base + ob * o.elem + ot_off[i][r];
           }
-          rows(plan, RowBatch{nr, xrow.data(), orow.data(), cosrow.data(), sinrow.data()}, scratch);
+          k.rows(plan, RowBatch{nr, xrow.data(), orow.data(), cosrow.data(), sinrow.data()}, scratch);
           advance(o.nb, o.b_size.data(), bidx.data());
         }
       }
     }
   });
+}
+
+// A new contiguous output. A large fresh allocation is memory the kernel will touch for the first
+// time; on Linux, asking for transparent huge pages turns ~500 page faults per MiB into one, which
+// otherwise cost more than the kernel itself (the advice changes no value and is ignored where THP
+// is off).
+at::Tensor new_output(const at::Tensor& like) {
+  at::Tensor out = at::empty(like.sizes(), like.options().memory_format(at::MemoryFormat::Contiguous));
+#ifdef __linux__
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  const size_t nbytes = out.nbytes();
+  if (nbytes >= 4 * kHuge) {
+    const uintptr_t p = reinterpret_cast<uintptr_t>(out.data_ptr());
+    const uintptr_t begin = (p + kHuge - 1) & ~(kHuge - 1);
+    const uintptr_t end = (p + nbytes) & ~(kHuge - 1);
+    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  }
+#endif
+  return out;
 }
 
 // x with unit stride in its last dim (the row kernels read rows as contiguous runs).
@@ -250,7 +242,8 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
   for (const auto& p : xs) numel += p.first.numel();
   if (numel == 0) return;
   TORCH_CHECK(x0.dim() <= kMaxDims, "rope_matrix: x must have rank <= ", kMaxDims, ", got ", x0.dim());
-  const RotatePlan plan = make_rotate_plan(y);
+  const std::shared_ptr<const RotatePlan> plan_ptr = cached_rotate_plan(y);
+  const RotatePlan& plan = *plan_ptr;
   const at::Tensor sin = rows_contiguous(sin_in), cos = rows_contiguous(cos_in);
   const int rank = static_cast<int>(std::max<int64_t>({x0.dim(), sin.dim(), cos.dim()}));
   const Tables tab = describe_tables(sin, cos, rank);
@@ -258,11 +251,11 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
   for (const auto& p : xs) {
     if (p.first.numel() > 0) ops.push_back(describe_operand(p.first, p.second, sin, cos));
   }
-  const RowsFn rows = select_rows_fn(x0.scalar_type(), plan);
+  const Kernels k = select_kernels(x0.scalar_type(), sin.scalar_type(), cos.scalar_type(), plan);
   if (x0.scalar_type() == at::kDouble) {
-    run_blocks<double>(plan, tab, ops, rows);
+    run_blocks<double>(plan, tab, ops, k);
   } else {
-    run_blocks<float>(plan, tab, ops, rows);
+    run_blocks<float>(plan, tab, ops, k);
   }
 }
 
@@ -270,7 +263,7 @@ at::Tensor rope_matrix_cpu(const at::Tensor& x_in, const at::Tensor& y, const at
                            const at::Tensor& cos) {
   check_rope_matrix_inputs("rope_matrix", x_in, y, sin, cos);
   const at::Tensor x = rows_contiguous(x_in);
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = new_output(x);
   run({{x, out}}, y, sin, cos);
   return out;
 }
@@ -284,8 +277,8 @@ std::tuple<at::Tensor, at::Tensor> rope_matrix_qk_cpu(const at::Tensor& q_in, co
                    "rope_matrix_qk: q and k must have the same dtype, got ", q_in.scalar_type(),
                    " and ", k_in.scalar_type());
   const at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in);
-  at::Tensor q_out = at::empty(q.sizes(), q.options().memory_format(at::MemoryFormat::Contiguous));
-  at::Tensor k_out = at::empty(k.sizes(), k.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor q_out = new_output(q);
+  at::Tensor k_out = new_output(k);
   if (q.dim() == k.dim()) {
     run({{q, q_out}, {k, k_out}}, y, sin, cos);  // one pass over the tables
   } else {

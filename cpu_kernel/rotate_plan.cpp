@@ -1,6 +1,8 @@
 #include "cpu_kernel/rotate_plan.h"
 
 #include <algorithm>
+#include <cstring>
+#include <mutex>
 
 namespace npu_ops_transformer_ext {
 namespace cpu {
@@ -86,6 +88,8 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
   const double* yp = y64.data_ptr<double>();
   plan.is_perm = find_signed_permutation(yp, D, plan.partner, plan.sign);
   if (plan.is_perm) {
+    plan.sign_bits.assign(plan.Dp, 0u);
+    for (int64_t j = 0; j < D; ++j) plan.sign_bits[j] = plan.sign[j] < 0 ? 0x80000000u : 0u;
     for (int64_t c = 0; c < plan.Dp / kLanes; ++c) plan.chunks.push_back(plan_chunk(plan.partner, D, c));
     return plan;
   }
@@ -97,6 +101,40 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
       plan.y32[i * plan.Dp + j] = static_cast<float>(yp[i * D + j]);
     }
   }
+  return plan;
+}
+
+std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y_in) {
+  struct Entry {
+    at::ScalarType dtype;
+    int64_t D;
+    std::vector<uint8_t> bytes;
+    std::shared_ptr<const RotatePlan> plan;
+  };
+  constexpr size_t kEntries = 8;
+  static std::mutex mu;
+  static std::vector<Entry> cache;  // most recently used first
+  static size_t kMaxBytes = 1 << 20;
+
+  const at::Tensor y = y_in.contiguous();
+  const size_t nbytes = y.numel() * y.element_size();
+  if (nbytes > kMaxBytes) return std::make_shared<const RotatePlan>(make_rotate_plan(y));
+  const auto* data = static_cast<const uint8_t*>(y.const_data_ptr());
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < cache.size(); ++i) {
+      const Entry& e = cache[i];
+      if (e.dtype == y.scalar_type() && e.D == y.size(0) && e.bytes.size() == nbytes &&
+          std::memcmp(e.bytes.data(), data, nbytes) == 0) {
+        std::rotate(cache.begin(), cache.begin() + i, cache.begin() + i + 1);
+        return cache.front().plan;
+      }
+    }
+  }
+  auto plan = std::make_shared<const RotatePlan>(make_rotate_plan(y));
+  std::lock_guard<std::mutex> lock(mu);
+  cache.insert(cache.begin(), Entry{y.scalar_type(), y.size(0), std::vector<uint8_t>(data, data + nbytes), plan});
+  if (cache.size() > kEntries) cache.pop_back();
   return plan;
 }
 

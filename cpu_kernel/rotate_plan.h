@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace npu_ops_transformer_ext {
@@ -43,6 +44,7 @@ struct RotatePlan {
   // Signed permutation:
   std::vector<int32_t> partner;  // [D], -1 for an all-zero column
   std::vector<int8_t> sign;      // [D], +1 or -1
+  std::vector<uint32_t> sign_bits;  // [Dp], 0x80000000 where sign is -1: XOR into fp32 sin
   std::vector<ChunkPlan> chunks; // [Dp / 16]
   // Dense: y as double and as float, row-major [D][Dp] with zero padding.
   std::vector<double> y64;
@@ -51,6 +53,11 @@ struct RotatePlan {
 
 // Inspects y ([D, D], any dtype/strides) in O(D^2) and compiles it.
 RotatePlan make_rotate_plan(const at::Tensor& y);
+
+// make_rotate_plan with a small cache keyed by y's dtype, size and *contents* (a byte compare of
+// y, far cheaper than compiling it), so a model that passes the same matrix every call compiles it
+// once. Never keyed by address alone: a freed and reused buffer cannot return a stale plan.
+std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y);
 
 }  // namespace cpu
 }  // namespace npu_ops_transformer_ext

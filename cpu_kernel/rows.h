@@ -24,17 +24,32 @@ constexpr int64_t kScratchRows = 5;
 
 using RowsFn = void (*)(const RotatePlan& plan, const RowBatch& batch, void* scratch);
 
-// The best row kernel for x's dtype on this CPU. NPU_OPS_CPU_ISA=generic forces the portable one.
-RowsFn select_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan);
+// Converts one table row (D elements of the table's dtype) to the compute type, padded with zeros
+// to Dp; where sign_bits is given, XORs it in (the exact negation that folds y's signs into sin).
+using TableFn = void (*)(const void* src, int64_t D, int64_t Dp, const uint32_t* sign_bits,
+                         void* dst);
 
-// Which kernel family select_rows_fn takes on this CPU: "avx512" or "generic".
-const char* cpu_isa_name();
+struct Kernels {
+  RowsFn rows;
+  TableFn cos_table;
+  TableFn sin_table;
+  const char* isa;  // "avx512_bf16", "avx512" or "generic"
+};
+
+// The best kernels for these dtypes on this CPU, chosen once per call.
+// NPU_OPS_CPU_ISA=generic (or =avx512) caps the choice, for tests and comparisons.
+Kernels select_kernels(at::ScalarType x_dtype, at::ScalarType sin_dtype, at::ScalarType cos_dtype,
+                       const RotatePlan& plan);
 
 // Portable kernels (rows_generic.cpp).
 RowsFn generic_rows_fn(at::ScalarType x_dtype, bool is_perm);
+TableFn generic_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype);
 #ifdef NPU_OPS_HAVE_AVX512
-// AVX-512 kernels (rows_avx512.cpp); nullptr for float64.
+// AVX-512 kernels (rows_avx512*.cpp); nullptr where they have none (float64).
 RowsFn avx512_rows_fn(at::ScalarType x_dtype, bool is_perm);
+TableFn avx512_table_fn(at::ScalarType table_dtype);
+RowsFn avx512_bf16_rows_fn(at::ScalarType x_dtype, bool is_perm);
+TableFn avx512_bf16_table_fn(at::ScalarType table_dtype);
 #endif
 
 }  // namespace cpu

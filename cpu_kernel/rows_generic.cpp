@@ -2,6 +2,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -69,24 +70,49 @@ void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   }
 }
 
+template <typename Tt, typename C>
+void table_row(const void* src, int64_t D, int64_t Dp, const uint32_t* sign_bits, void* dst_v) {
+  const Tt* p = static_cast<const Tt*>(src);
+  C* dst = static_cast<C*>(dst_v);
+  for (int64_t j = 0; j < D; ++j) {
+    const C v = static_cast<C>(p[j]);
+    dst[j] = (sign_bits != nullptr && sign_bits[j] != 0) ? -v : v;
+  }
+  for (int64_t j = D; j < Dp; ++j) dst[j] = C(0);
+}
+
+template <typename C>
+TableFn table_for(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return &table_row<c10::BFloat16, C>;
+    case at::kHalf: return &table_row<c10::Half, C>;
+    case at::kFloat: return &table_row<float, C>;
+    case at::kDouble: return &table_row<double, C>;
+    default: TORCH_CHECK(false, "rope_matrix: no CPU table conversion for dtype ", t);
+  }
+}
+
 template <typename T, typename C>
 RowsFn pick(bool is_perm) {
   return is_perm ? &perm_rows<T, C> : &dense_rows<T, C>;
 }
 
-bool force_generic() {
-  const char* v = std::getenv("NPU_OPS_CPU_ISA");
-  return v != nullptr && std::strcmp(v, "generic") == 0;
-}
-
-bool cpu_has_avx512() {
+// 0: generic, 1: avx512, 2: avx512_bf16 -- what this CPU has, capped by NPU_OPS_CPU_ISA.
+int isa_level() {
+  int level = 0;
 #if defined(NPU_OPS_HAVE_AVX512) && (defined(__GNUC__) || defined(__clang__))
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  return has;
-#else
-  return false;
+  static const int cpu_level =
+      !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+          ? 0
+          : (__builtin_cpu_supports("avx512bf16") ? 2 : 1);
+  level = cpu_level;
 #endif
+  if (const char* v = std::getenv("NPU_OPS_CPU_ISA")) {
+    if (std::strcmp(v, "generic") == 0) level = 0;
+    if (std::strcmp(v, "avx512") == 0) level = std::min(level, 1);
+  }
+  return level;
 }
 
 }  // namespace
@@ -101,15 +127,25 @@ RowsFn generic_rows_fn(at::ScalarType t, bool is_perm) {
   }
 }
 
-const char* cpu_isa_name() { return (!force_generic() && cpu_has_avx512()) ? "avx512" : "generic"; }
+TableFn generic_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype) {
+  return x_dtype == at::kDouble ? table_for<double>(table_dtype) : table_for<float>(table_dtype);
+}
 
-RowsFn select_rows_fn(at::ScalarType t, const RotatePlan& plan) {
+Kernels select_kernels(at::ScalarType x, at::ScalarType sin_t, at::ScalarType cos_t,
+                       const RotatePlan& plan) {
+  Kernels k{generic_rows_fn(x, plan.is_perm), generic_table_fn(cos_t, x), generic_table_fn(sin_t, x),
+            "generic"};
 #ifdef NPU_OPS_HAVE_AVX512
-  if (!force_generic() && cpu_has_avx512()) {
-    if (RowsFn f = avx512_rows_fn(t, plan.is_perm)) return f;
+  const int level = isa_level();
+  if (level >= 1 && x != at::kDouble) {
+    const bool bf16 = level >= 2;
+    k.rows = bf16 ? avx512_bf16_rows_fn(x, plan.is_perm) : avx512_rows_fn(x, plan.is_perm);
+    k.cos_table = bf16 ? avx512_bf16_table_fn(cos_t) : avx512_table_fn(cos_t);
+    k.sin_table = bf16 ? avx512_bf16_table_fn(sin_t) : avx512_table_fn(sin_t);
+    k.isa = bf16 ? "avx512_bf16" : "avx512";
   }
 #endif
-  return generic_rows_fn(t, plan.is_perm);
+  return k;
 }
 
 }  // namespace cpu

@@ -1,0 +1,11 @@
+// The AVX-512 row kernels again, with AVX512_BF16's one-instruction fp32 -> bf16 rounding.
+#define NPU_OPS_AVX512_NS avx512_bf16
+#define NPU_OPS_NATIVE_BF16 1
+#include "cpu_kernel/rows_avx512_impl.h"
+
+namespace npu_ops_transformer_ext {
+namespace cpu {
+RowsFn avx512_bf16_rows_fn(at::ScalarType t, bool is_perm) { return avx512_bf16::rows_fn(t, is_perm); }
+TableFn avx512_bf16_table_fn(at::ScalarType t) { return avx512_bf16::table_fn(t); }
+}  // namespace cpu
+}  // namespace npu_ops_transformer_ext

@@ -1,0 +1,234 @@
+// AVX-512 row kernels, included by rows_avx512.cpp (AVX-512F/BW/VL/DQ) and by
+// rows_avx512_bf16.cpp (the same plus AVX512_BF16, NPU_OPS_NATIVE_BF16 defined). Only those two
+// files are compiled with AVX-512 enabled; rows_generic.cpp calls in here only on a CPU that has it.
+//
+// Rows are converted to fp32 in a small L1-resident buffer; each 16-lane output chunk takes its
+// partners from that buffer as its ChunkPlan says (offset load / two-source permute / gather), then
+// computes x*cos and xp*sin as two multiplies and one add (explicit intrinsics, and this file is
+// compiled with -ffp-contract=off, so no FMA can appear), and rounds once to x.dtype:
+//   bf16: round to nearest even, exactly as c10 does: by integer arithmetic, or with AVX512_BF16's
+//         vcvtneps2bf16 (one instruction) plus a fix-up through the integer path for a vector that
+//         holds a subnormal, which that instruction flushes to zero;
+//   fp16: vcvtps2ph with round-to-nearest-even (IEEE, subnormals kept).
+#pragma once
+
+#include <immintrin.h>
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include "cpu_kernel/rows.h"
+
+namespace npu_ops_transformer_ext {
+namespace cpu {
+
+namespace NPU_OPS_AVX512_NS {
+
+inline __mmask16 lane_mask(int64_t n) {
+  return n >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// ---- loads and stores of 16 elements of T as fp32 ---------------------------------------------
+
+template <typename T>
+struct Io;
+
+template <>
+struct Io<float> {
+  static __m512 load(const float* p, __mmask16 m) {
+    return m == 0xFFFF ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m, p);
+  }
+  static void store(float* p, __m512 v, __mmask16 m) {
+    if (m == 0xFFFF) {
+      _mm512_storeu_ps(p, v);
+    } else {
+      _mm512_mask_storeu_ps(p, m, v);
+    }
+  }
+  static __m512 round_trip(__m512 v) { return v; }
+};
+
+inline __m256i bf16_bits_rne(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i bias = _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, bias), 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+inline __m512 bf16_bits_to_fp32(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+template <>
+struct Io<c10::BFloat16> {
+  static __m512 load(const c10::BFloat16* p, __mmask16 m) {
+    return bf16_bits_to_fp32(m == 0xFFFF ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                                         : _mm256_maskz_loadu_epi16(m, p));
+  }
+  static __m256i to_bits(__m512 v) {
+#ifdef NPU_OPS_NATIVE_BF16
+    // vcvtneps2bf16 flushes subnormal inputs to zero; c10 keeps them, so such vectors (rare) take
+    // the integer path. 0x20: the "denormal" class of vfpclassps.
+    if (__builtin_expect(_mm512_fpclass_ps_mask(v, 0x20) != 0, 0)) return bf16_bits_rne(v);
+    return (__m256i)_mm512_cvtneps_pbh(v);
+#else
+    return bf16_bits_rne(v);
+#endif
+  }
+  static void store(c10::BFloat16* p, __m512 v, __mmask16 m) {
+    if (m == 0xFFFF) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), to_bits(v));
+    } else {
+      _mm256_mask_storeu_epi16(p, m, to_bits(v));
+    }
+  }
+  static __m512 round_trip(__m512 v) { return bf16_bits_to_fp32(to_bits(v)); }
+};
+
+template <>
+struct Io<c10::Half> {
+  static __m512 load(const c10::Half* p, __mmask16 m) {
+    return _mm512_cvtph_ps(m == 0xFFFF ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                                       : _mm256_maskz_loadu_epi16(m, p));
+  }
+  static void store(c10::Half* p, __m512 v, __mmask16 m) {
+    const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    if (m == 0xFFFF) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+    } else {
+      _mm256_mask_storeu_epi16(p, m, h);
+    }
+  }
+  static __m512 round_trip(__m512 v) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+};
+
+// Loads row x (D elements) into the fp32 buffer xf, zero-padded to Dp + 16.
+template <typename T>
+inline void load_row(const T* x, float* xf, int64_t D, int64_t Dp) {
+  for (int64_t j = 0; j < Dp; j += kLanes) {
+    _mm512_store_ps(xf + j, Io<T>::load(x + j, lane_mask(D - j)));
+  }
+  _mm512_store_ps(xf + Dp, _mm512_setzero_ps());
+}
+
+inline __m512 partners(const ChunkPlan& c, const float* xf) {
+  switch (static_cast<ChunkKind>(c.kind)) {
+    case ChunkKind::kOffset:
+      return _mm512_loadu_ps(xf + c.start);
+    case ChunkKind::kPermute:
+      return _mm512_maskz_permutex2var_ps(static_cast<__mmask16>(c.nonzero_mask),
+                                          _mm512_load_ps(xf + c.a * kLanes),
+                                          _mm512_load_si512(c.idx),
+                                          _mm512_load_ps(xf + c.b * kLanes));
+    default:
+      return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), static_cast<__mmask16>(c.nonzero_mask),
+                                      _mm512_load_si512(c.idx), xf, 4);
+  }
+}
+
+template <typename T>
+void perm_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+  const int64_t D = plan.D, Dp = plan.Dp;
+  float* xf = static_cast<float*>(scratch);
+  const ChunkPlan* chunks = plan.chunks.data();
+  for (int64_t r = 0; r < b.n; ++r) {
+    const T* x = static_cast<const T*>(b.x[r]);
+    T* out = static_cast<T*>(b.out[r]);
+    const float* cs = static_cast<const float*>(b.cos[r]);
+    const float* sn = static_cast<const float*>(b.sin[r]);
+    load_row(x, xf, D, Dp);
+    for (int64_t j = 0, c = 0; j < Dp; j += kLanes, ++c) {
+      const __m512 xc = _mm512_load_ps(xf + j);
+      const __m512 xp = partners(chunks[c], xf);
+      const __m512 a = _mm512_mul_ps(xc, _mm512_loadu_ps(cs + j));
+      const __m512 s = _mm512_mul_ps(xp, _mm512_loadu_ps(sn + j));
+      Io<T>::store(out + j, _mm512_add_ps(a, s), lane_mask(D - j));
+    }
+  }
+}
+
+// Dense y, four rows at a time so each loaded vector of y serves four accumulators.
+template <typename T>
+void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+  constexpr int kRows = 4;
+  constexpr int kVecs = 4;  // columns per pass: 4 x 16
+  const int64_t D = plan.D, Dp = plan.Dp;
+  const float* y = plan.y32.data();
+  float* xf = static_cast<float*>(scratch);  // kRows rows of Dp + 16
+  const int64_t ld = Dp + kLanes;
+  for (int64_t r0 = 0; r0 < b.n; r0 += kRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRows, b.n - r0));
+    for (int rr = 0; rr < kRows; ++rr) {
+      // Missing rows of a short batch repeat the last one (computed, never stored).
+      const int src = rr < rows ? rr : rows - 1;
+      load_row(static_cast<const T*>(b.x[r0 + src]), xf + rr * ld, D, Dp);
+    }
+    for (int64_t j0 = 0; j0 < Dp; j0 += kVecs * kLanes) {
+      const int nv = static_cast<int>(std::min<int64_t>(kVecs, (Dp - j0) / kLanes));
+      __m512 acc[kRows][kVecs];
+      for (int rr = 0; rr < kRows; ++rr)
+        for (int v = 0; v < kVecs; ++v) acc[rr][v] = _mm512_setzero_ps();
+      for (int64_t i = 0; i < D; ++i) {
+        const float* yi = y + i * Dp + j0;
+        __m512 yv[kVecs];
+        for (int v = 0; v < kVecs; ++v) yv[v] = v < nv ? _mm512_loadu_ps(yi + v * kLanes) : _mm512_setzero_ps();
+        for (int rr = 0; rr < kRows; ++rr) {
+          const __m512 xb = _mm512_set1_ps(xf[rr * ld + i]);
+          for (int v = 0; v < kVecs; ++v) acc[rr][v] = _mm512_fmadd_ps(xb, yv[v], acc[rr][v]);
+        }
+      }
+      for (int rr = 0; rr < rows; ++rr) {
+        T* out = static_cast<T*>(b.out[r0 + rr]);
+        const float* cs = static_cast<const float*>(b.cos[r0 + rr]);
+        const float* sn = static_cast<const float*>(b.sin[r0 + rr]);
+        for (int v = 0; v < nv; ++v) {
+          const int64_t j = j0 + v * kLanes;
+          const __m512 xy = Io<T>::round_trip(acc[rr][v]);
+          const __m512 a = _mm512_mul_ps(_mm512_load_ps(xf + rr * ld + j), _mm512_loadu_ps(cs + j));
+          const __m512 s = _mm512_mul_ps(xy, _mm512_loadu_ps(sn + j));
+          Io<T>::store(out + j, _mm512_add_ps(a, s), lane_mask(D - j));
+        }
+      }
+    }
+  }
+}
+
+template <typename T>
+void table_row(const void* src, int64_t D, int64_t Dp, const uint32_t* sign_bits, void* dst_v) {
+  const T* p = static_cast<const T*>(src);
+  float* dst = static_cast<float*>(dst_v);
+  for (int64_t j = 0; j < Dp; j += kLanes) {
+    __m512 v = Io<T>::load(p + j, lane_mask(D - j));
+    if (sign_bits != nullptr) {
+      v = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_loadu_si512(sign_bits + j)));
+    }
+    _mm512_storeu_ps(dst + j, v);
+  }
+}
+
+inline RowsFn rows_fn(at::ScalarType t, bool is_perm) {
+  switch (t) {
+    case at::kBFloat16: return is_perm ? &perm_rows<c10::BFloat16> : &dense_rows<c10::BFloat16>;
+    case at::kHalf: return is_perm ? &perm_rows<c10::Half> : &dense_rows<c10::Half>;
+    case at::kFloat: return is_perm ? &perm_rows<float> : &dense_rows<float>;
+    default: return nullptr;
+  }
+}
+
+inline TableFn table_fn(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return &table_row<c10::BFloat16>;
+    case at::kHalf: return &table_row<c10::Half>;
+    case at::kFloat: return &table_row<float>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace NPU_OPS_AVX512_NS
+}  // namespace cpu
+}  // namespace npu_ops_transformer_ext
