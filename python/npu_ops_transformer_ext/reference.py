@@ -1,0 +1,135 @@
+"""Plain-torch references for rope_matrix, shared by the tests, the precision script and the benchmark.
+
+``rope_matrix_reference`` is the contract itself: it upcasts to float32 (float64 for float64 x)
+because the operator promises fp32 math with a single rounding to x.dtype at the end; computing in
+bf16 would round after every op and differ from the contract by design, not by error.
+
+The ``v1``/``v2``/``v3`` functions are the original operator's script versions (seed ``test_rope.py``)
+for any number of RoPE axes: v1 rearranges elements (split, rotate_half or rotate_every_two,
+concat), v2 multiplies each axis by its own rotate matrix, v3 multiplies once by the composed
+matrix. With ``compute_dtype=torch.float32`` (the default) they also round once, so for a signed
+permutation all of them equal ``rope_matrix_reference`` and the operator bit for bit; with
+``compute_dtype=None`` they compute in x.dtype, rounding after every op, as the seed script did.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+from .matrices import (
+    compose_matrix,
+    get_half_matrix,
+    get_interleave_half_matrix,
+    get_interleave_matrix,
+    get_quarter_matrix,
+)
+
+__all__ = [
+    "MODES",
+    "mode_matrix",
+    "rope_matrix_reference",
+    "rotate_half",
+    "rotate_every_two",
+    "rotate_quarter",
+    "rotate_interleave_half",
+    "rope_v1",
+    "rope_v2",
+    "rope_v3",
+]
+
+MODES = ("half", "interleave", "quarter", "interleave-half")
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def rope_matrix_reference(x: torch.Tensor, y: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
+    """The contract in plain torch: ``x*cos + (x@y)*sin`` in fp32, rounded once to x.dtype.
+
+    ``x @ y`` is accumulated in fp32 and rounded to x.dtype before the elementwise step (the NPU cube
+    writes x.dtype to its workspace); for a signed permutation that rounding changes nothing. The
+    three elementwise ops are separate torch ops, so no fused multiply-add is involved.
+    """
+    c = _compute_dtype(x.dtype)
+    xf = x.to(c)
+    xy = (xf @ y.to(c)).to(x.dtype).to(c)
+    return (xf * cos.to(c) + xy * sin.to(c)).to(x.dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``cat(-x2, x1)`` with ``x1, x2 = x.chunk(2, -1)``."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_every_two(x: torch.Tensor) -> torch.Tensor:
+    """``(x0, x1, x2, x3, ...) -> (-x1, x0, -x3, x2, ...)``."""
+    pairs = x.unflatten(-1, (-1, 2))
+    return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+
+
+def rotate_quarter(x: torch.Tensor) -> torch.Tensor:
+    """``cat(-x2, x1, -x4, x3)`` with ``x1, x2, x3, x4 = x.chunk(4, -1)``."""
+    x1, x2, x3, x4 = x.chunk(4, dim=-1)
+    return torch.cat((-x2, x1, -x4, x3), dim=-1)
+
+
+def rotate_interleave_half(x: torch.Tensor) -> torch.Tensor:
+    """``rotate_half(cat(x[..., 0::2], x[..., 1::2]))``: de-interleave, then rotate half."""
+    return rotate_half(torch.cat((x[..., 0::2], x[..., 1::2]), dim=-1))
+
+
+_ROTATE = {
+    "half": rotate_half,
+    "interleave": rotate_every_two,
+    "quarter": rotate_quarter,
+    "interleave-half": rotate_interleave_half,
+}
+
+_MATRIX = {
+    "half": get_half_matrix,
+    "interleave": get_interleave_matrix,
+    "quarter": get_quarter_matrix,
+    "interleave-half": get_interleave_half_matrix,
+}
+
+
+def mode_matrix(mode: str, sections: Sequence[int], dtype=torch.bfloat16, device=None) -> torch.Tensor:
+    """The composed rotate matrix of ``mode`` over ``sections`` (e.g. ``[44, 44, 40]`` for 3D)."""
+    if mode not in _MATRIX:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    return compose_matrix(*[_MATRIX[mode](int(d), dtype=dtype, device=device) for d in sections])
+
+
+def _split(t: torch.Tensor, sections: Sequence[int]):
+    return t.split(list(sections), dim=-1)
+
+
+def rope_v1(x, sin, cos, mode: str, sections: Optional[Sequence[int]] = None, compute_dtype=torch.float32):
+    """Seed v1, small ops: split D by ``sections``, rotate each part by element rearrangement, concat."""
+    sections = [x.shape[-1]] if sections is None else list(sections)
+    rot = _ROTATE[mode]
+    c = compute_dtype or x.dtype
+    parts = []
+    for xp, sp, cp in zip(_split(x.to(c), sections), _split(sin.to(c), sections), _split(cos.to(c), sections)):
+        parts.append(xp * cp + rot(xp) * sp)
+    return torch.cat(parts, dim=-1).to(x.dtype)
+
+
+def rope_v2(x, sin, cos, mats: Sequence[torch.Tensor], compute_dtype=torch.float32):
+    """Seed v2, one rotate matrix per axis: ``x_i*cos_i + (x_i @ mat_i)*sin_i`` per part, concat."""
+    sections = [m.shape[0] for m in mats]
+    c = compute_dtype or x.dtype
+    parts = []
+    for xp, sp, cp, m in zip(_split(x.to(c), sections), _split(sin.to(c), sections), _split(cos.to(c), sections), mats):
+        parts.append(xp * cp + (xp @ m.to(c)) * sp)
+    return torch.cat(parts, dim=-1).to(x.dtype)
+
+
+def rope_v3(x, sin, cos, mat: torch.Tensor, compute_dtype=torch.float32):
+    """Seed v3, one composed matrix: ``x*cos + (x @ mat)*sin``."""
+    c = compute_dtype or x.dtype
+    xc = x.to(c)
+    return (xc * cos.to(c) + (xc @ mat.to(c)) * sin.to(c)).to(x.dtype)
