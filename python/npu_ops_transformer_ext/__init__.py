@@ -10,6 +10,7 @@ import torch  # noqa: F401  (loads libtorch before our extension)
 
 from . import _C  # noqa: F401  (registers the schemas and the CPU kernel)
 from .ops import rope_matrix, rope_matrix_, rope_matrix_qk
+from . import autograd  # noqa: F401  (registers backward formulas and the rope_matrix_ grad rule)
 from .matrices import (
     compose_matrix,
     get_half_matrix,

@@ -1,0 +1,259 @@
+"""Autograd for ``rope_matrix`` and ``rope_matrix_qk``; the grad rule of ``rope_matrix_``.
+
+Forward: ``out = x * cos + (x @ y) * sin`` (``y`` is ``[D, D]``, ``sin``/``cos`` broadcast to x).
+
+Gradients, with ``g = dL/dout`` and ``sum_b`` the sum over the dimensions a table is broadcast on:
+
+    dx   = g * cos + (g * sin) @ y^T
+    dcos = sum_b(g * x)
+    dsin = sum_b(g * (x @ y))
+    dy   = X^T @ (g * sin)                   (X, g*sin flattened to [M, D])
+
+**dx in one kernel pass.** When ``sin`` is equal within each rotated pair (``sin[..., i] ==
+sin[..., j]`` wherever ``y[i, j] != 0``, true for every table a RoPE model builds),
+``(g * sin) @ y^T == (g @ y^T) * sin`` and ``dx = rope_matrix(g, y^T, sin, cos)``: one call of the
+registered op, the same fused kernel as the forward on CPU and NPU. For a signed-permutation
+``y`` with any other ``sin`` it is still one call, with ``sin`` gathered along the pairs
+(``sin'[..., i] = sin[..., j]`` for the one ``j`` with ``y[i, j] != 0``), which is exact. Only a
+dense ``y`` with a table that is not pair-constant takes the general formula (float32 math, float64
+for float64 inputs). Choosing the path looks at the values of ``y`` and ``sin`` (one small host
+copy of ``y``), so it lives in a helper op, ``rope_matrix_backward`` / ``rope_matrix_qk_backward``:
+torch.compile traces through ``register_autograd`` formulas and keeps the helper as one opaque
+node that makes the choice at run time.
+
+**Table and matrix gradients** are plain torch (float32 math), with ``x @ y`` taken from the op
+itself (``rope_matrix(x, y, 1, 0)``) so it is the very ``x @ y`` of the forward (rounded to x's
+dtype, as the kernel rounds it). ``x`` is saved for backward only when y, sin or cos requires grad.
+
+Double backward is not supported (the helper ops have no autograd formula).
+
+**In-place.** ``rope_matrix_`` is for inference. Its autograd kernel refuses an ``x`` that requires
+grad (in any grad mode) and, with grad mode on, a ``y``/``sin``/``cos`` that requires grad, with a
+message that names the argument. It is registered at the Autograd dispatch key, so it holds for
+``torch.ops.npu_ops_transformer_ext.rope_matrix_`` as well as for the Python wrapper; it also
+bumps x's version counter, so a graph that saved x before the in-place call fails loudly at
+backward instead of computing a wrong gradient.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+_NS = "npu_ops_transformer_ext"
+_ops = torch.ops.npu_ops_transformer_ext
+
+__all__ = ["rope_matrix_backward", "rope_matrix_qk_backward", "pair_partner", "sin_is_pair_equal"]
+
+
+# ---- helpers ------------------------------------------------------------------------------------
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _reduce_to(t: Tensor, shape) -> Tensor:
+    """Sum ``t`` (x's shape) down to ``shape``, a shape that broadcasts to it."""
+    lead = t.dim() - len(shape)
+    if lead > 0:
+        t = t.sum(dim=tuple(range(lead)))
+    dims = tuple(i for i, n in enumerate(shape) if n == 1 and t.shape[i] != 1)
+    if dims:
+        t = t.sum(dim=dims, keepdim=True)
+    return t
+
+
+def pair_partner(y: Tensor) -> Optional[Tensor]:
+    """For a (partial) signed permutation ``y``: ``p`` with ``y[i, p[i]] != 0`` (``p[i] = i`` for
+    an all-zero row), as an int64 tensor on y's device. None when ``y`` is not one (entries outside
+    {-1, 0, 1}, or a row or column with more than one non-zero). Reads ``y`` on the host."""
+    m = y.detach().to("cpu", torch.float64)
+    if m.dim() != 2 or m.size(0) != m.size(1):
+        return None
+    nz = m != 0
+    if not bool(torch.all((m == 0) | (m.abs() == 1))):
+        return None
+    if bool(torch.any(nz.sum(0) > 1)) or bool(torch.any(nz.sum(1) > 1)):
+        return None
+    idx = torch.arange(m.size(0))
+    p = torch.where(nz.any(1), m.abs().argmax(1), idx)
+    return p.to(y.device)
+
+
+def sin_is_pair_equal(y: Tensor, sin: Tensor) -> bool:
+    """True when ``sin[..., i] == sin[..., j]`` wherever ``y[i, j] != 0``: the condition under which
+    the x-gradient is the single call ``rope_matrix(g, y^T, sin, cos)``. Reads y and sin's values."""
+    p = pair_partner(y)
+    if p is not None:
+        return bool(torch.equal(sin.index_select(-1, p), sin))
+    rows, cols = (y.detach() != 0).nonzero(as_tuple=True)
+    rows, cols = rows.to(sin.device), cols.to(sin.device)
+    return bool(torch.equal(sin.index_select(-1, rows), sin.index_select(-1, cols)))
+
+
+def _dx_table(y: Tensor, sin: Tensor) -> Optional[Tensor]:
+    """The sin table to pass with ``y^T`` for an exact one-call x-gradient, or None (general path)."""
+    p = pair_partner(y)
+    if p is None:
+        # A dense y: the pair check gathers the table once per non-zero; only worth it when sparse.
+        if int((y != 0).sum()) <= 2 * y.size(0) and sin_is_pair_equal(y, sin):
+            return sin
+        return None
+    gathered = sin.index_select(-1, p)
+    return sin if torch.equal(gathered, sin) else gathered
+
+
+def _dx_general(g: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
+    acc = _acc_dtype(g.dtype)
+    g_ = g.to(acc)
+    return (g_ * cos.to(acc) + (g_ * sin.to(acc)) @ y.to(acc).t()).to(g.dtype)
+
+
+# ---- helper ops: the x-gradient, with the path chosen on the values ----------------------------
+
+
+@torch.library.custom_op(f"{_NS}::rope_matrix_backward", mutates_args=())
+def rope_matrix_backward(grad: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
+    """x-gradient of ``rope_matrix``: ``grad * cos + (grad * sin) @ y^T`` (see the module doc)."""
+    yt = y.t().contiguous()
+    s = _dx_table(y, sin)
+    if s is not None:
+        return _ops.rope_matrix(grad, yt, s, cos)
+    return _dx_general(grad, y, sin, cos)
+
+
+@rope_matrix_backward.register_fake
+def _(grad, y, sin, cos):
+    return torch.empty(grad.shape, dtype=grad.dtype, device=grad.device)
+
+
+@torch.library.custom_op(f"{_NS}::rope_matrix_qk_backward", mutates_args=())
+def rope_matrix_qk_backward(
+    grad_q: Tensor, grad_k: Tensor, y: Tensor, sin: Tensor, cos: Tensor
+) -> tuple[Tensor, Tensor]:
+    """x-gradients of ``rope_matrix_qk`` for q and k, in one ``rope_matrix_qk`` call when possible."""
+    yt = y.t().contiguous()
+    s = _dx_table(y, sin)
+    if s is not None:
+        return _ops.rope_matrix_qk(grad_q, grad_k, yt, s, cos)
+    return _dx_general(grad_q, y, sin, cos), _dx_general(grad_k, y, sin, cos)
+
+
+@rope_matrix_qk_backward.register_fake
+def _(grad_q, grad_k, y, sin, cos):
+    return (
+        torch.empty(grad_q.shape, dtype=grad_q.dtype, device=grad_q.device),
+        torch.empty(grad_k.shape, dtype=grad_k.dtype, device=grad_k.device),
+    )
+
+
+# ---- table / matrix gradients -------------------------------------------------------------------
+
+
+def _table_grads(pairs, y, sin, cos, need_y, need_sin, need_cos):
+    """Sum of the y/sin/cos gradients over ``pairs`` = [(grad_out, x), ...]."""
+    d = y.shape[0]
+    dy = dsin = dcos = None
+    for g, x in pairs:
+        if g is None:
+            continue
+        acc = _acc_dtype(x.dtype)
+        g_ = g.to(acc)
+        if need_cos:
+            t = _reduce_to(g_ * x.to(acc), cos.shape)
+            dcos = t if dcos is None else dcos + t
+        if need_sin:
+            one = torch.ones(d, dtype=torch.float32, device=x.device)
+            xy = _ops.rope_matrix(x, y, one, torch.zeros_like(one))  # the forward's x @ y
+            t = _reduce_to(g_ * xy.to(acc), sin.shape)
+            dsin = t if dsin is None else dsin + t
+        if need_y:
+            gs = (g_ * sin.to(acc)).reshape(-1, d)
+            t = x.to(acc).reshape(-1, d).t() @ gs
+            dy = t if dy is None else dy + t
+    cast = lambda t, ref: None if t is None else t.to(ref.dtype)  # noqa: E731
+    return cast(dy, y), cast(dsin, sin), cast(dcos, cos)
+
+
+# ---- rope_matrix --------------------------------------------------------------------------------
+
+
+def _setup_context(ctx, inputs, output):
+    x, y, sin, cos = inputs
+    keep_x = y.requires_grad or sin.requires_grad or cos.requires_grad
+    ctx.save_for_backward(x if keep_x else None, y, sin, cos)
+
+
+def _backward(ctx, grad):
+    x, y, sin, cos = ctx.saved_tensors
+    need_x, need_y, need_sin, need_cos = ctx.needs_input_grad
+    dx = rope_matrix_backward(grad, y, sin, cos) if need_x else None
+    dy = dsin = dcos = None
+    if need_y or need_sin or need_cos:
+        dy, dsin, dcos = _table_grads([(grad, x)], y, sin, cos, need_y, need_sin, need_cos)
+    return dx, dy, dsin, dcos
+
+
+torch.library.register_autograd(f"{_NS}::rope_matrix", _backward, setup_context=_setup_context)
+
+
+# ---- rope_matrix_qk -----------------------------------------------------------------------------
+
+
+def _setup_context_qk(ctx, inputs, output):
+    q, k, y, sin, cos = inputs
+    keep = y.requires_grad or sin.requires_grad or cos.requires_grad
+    ctx.save_for_backward(q if keep else None, k if keep else None, y, sin, cos)
+
+
+def _backward_qk(ctx, grad_q, grad_k):
+    q, k, y, sin, cos = ctx.saved_tensors
+    need_q, need_k, need_y, need_sin, need_cos = ctx.needs_input_grad
+    dq = dk = None
+    if need_q and need_k and grad_q is not None and grad_k is not None:
+        dq, dk = rope_matrix_qk_backward(grad_q, grad_k, y, sin, cos)
+    else:
+        if need_q and grad_q is not None:
+            dq = rope_matrix_backward(grad_q, y, sin, cos)
+        if need_k and grad_k is not None:
+            dk = rope_matrix_backward(grad_k, y, sin, cos)
+    dy = dsin = dcos = None
+    if need_y or need_sin or need_cos:
+        dy, dsin, dcos = _table_grads(
+            [(grad_q, q), (grad_k, k)], y, sin, cos, need_y, need_sin, need_cos
+        )
+    return dq, dk, dy, dsin, dcos
+
+
+torch.library.register_autograd(f"{_NS}::rope_matrix_qk", _backward_qk, setup_context=_setup_context_qk)
+
+
+# ---- rope_matrix_: refuse autograd, keep the version counter honest -----------------------------
+
+_lib = torch.library.Library(_NS, "IMPL")
+
+
+def _rope_matrix_inplace_autograd(x, y, sin, cos):
+    if x.requires_grad:
+        raise RuntimeError(
+            "rope_matrix_: x requires grad; the in-place op is for inference and cannot be "
+            "differentiated. Use rope_matrix (out of place) for training, or pass a tensor that "
+            "does not require grad (e.g. x.detach())."
+        )
+    if torch.is_grad_enabled():
+        for name, t in (("y", y), ("sin", sin), ("cos", cos)):
+            if t.requires_grad:
+                raise RuntimeError(
+                    f"rope_matrix_: {name} requires grad; the in-place op is for inference and "
+                    "cannot be differentiated. Use rope_matrix (out of place), or call it under "
+                    "torch.no_grad()."
+                )
+    with torch._C._AutoDispatchBelowADInplaceOrView():
+        _ops.rope_matrix_(x, y, sin, cos)
+    if not x.is_inference():
+        torch.autograd.graph.increment_version(x)
+
+
+_lib.impl("rope_matrix_", _rope_matrix_inplace_autograd, "Autograd")

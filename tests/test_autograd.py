@@ -1,0 +1,297 @@
+"""Autograd of rope_matrix / rope_matrix_qk and the grad rule of rope_matrix_.
+
+The reference for every gradient is torch autograd through the plain formula
+``x * cos + (x @ y) * sin`` in float64, written here independently of the package.
+"""
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import npu_ops_transformer_ext as ext
+from npu_ops_transformer_ext import matrices
+
+OPS = torch.ops.npu_ops_transformer_ext
+D = 12  # divisible by 4 (quarter) and splits into 3 axes of 4 (3D compose)
+
+
+def _partial(d, r):
+    """Half rotation on the first r dims, zero rows/cols on the rest (pass-through tail)."""
+    return torch.block_diag(matrices.get_half_matrix(r, dtype=torch.float64), torch.zeros(d - r, d - r))
+
+
+MATS = {
+    "half": lambda: matrices.get_half_matrix(D, dtype=torch.float64),
+    "interleave": lambda: matrices.get_interleave_matrix(D, dtype=torch.float64),
+    "quarter": lambda: matrices.get_quarter_matrix(D, dtype=torch.float64),
+    "interleave_half": lambda: matrices.get_interleave_half_matrix(D, dtype=torch.float64),
+    "compose3d": lambda: matrices.compose_matrix(
+        *[matrices.get_half_matrix(4, dtype=torch.float64)] * 3
+    ),
+    "partial": lambda: _partial(D, 8),
+    "dense": lambda: torch.randn(D, D, dtype=torch.float64, generator=torch.Generator().manual_seed(1)),
+}
+
+B, N, S = 2, 2, 3
+TABLE_SHAPES = {
+    "S,D": (S, D),
+    "1,1,S,D": (1, 1, S, D),
+    "B,1,S,D": (B, 1, S, D),
+    "D": (D,),
+    "full": (B, N, S, D),
+}
+
+
+def _pair_table(y, shape, gen):
+    """A table constant on the pairs of y: random values propagated along y's non-zeros."""
+    t = torch.randn(shape, dtype=torch.float64, generator=gen)
+    p = (y != 0).to(torch.float64)
+    # make equal over connected components: a few rounds of max-propagation along y's graph
+    for _ in range(D):
+        t = torch.maximum(t, (t.unsqueeze(-1) * p.t() - (1 - p.t()) * 1e9).amax(-2))
+    return t
+
+
+def _ref(x, y, sin, cos):
+    return x * cos + (x @ y) * sin
+
+
+def _inputs(mat, table, pair, dtype=torch.float64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    y = MATS[mat]().to(dtype)
+    shape = TABLE_SHAPES[table]
+    if pair:
+        sin, cos = _pair_table(y, shape, g), _pair_table(y, shape, g)
+    else:
+        sin = torch.randn(shape, dtype=torch.float64, generator=g)
+        cos = torch.randn(shape, dtype=torch.float64, generator=g)
+    x = torch.randn(B, N, S, D, dtype=torch.float64, generator=g)
+    return x.to(dtype), y, sin.to(dtype), cos.to(dtype)
+
+
+@pytest.mark.parametrize("pair", [True, False], ids=["pair-table", "free-table"])
+@pytest.mark.parametrize("table", list(TABLE_SHAPES))
+@pytest.mark.parametrize("mat", list(MATS))
+def test_gradcheck_rope_matrix(mat, table, pair):
+    x, y, sin, cos = (t.requires_grad_() for t in _inputs(mat, table, pair))
+    # fast mode (random projections of the Jacobian) keeps the 70-case matrix quick; the qk test
+    # below and test_grads_match_plain_autograd compare full Jacobian-vector products.
+    assert torch.autograd.gradcheck(ext.rope_matrix, (x, y, sin, cos), fast_mode=True)
+
+
+@pytest.mark.parametrize("pair", [True, False], ids=["pair-table", "free-table"])
+@pytest.mark.parametrize("mat", ["half", "interleave", "compose3d", "partial", "dense"])
+def test_gradcheck_rope_matrix_qk(mat, pair):
+    x, y, sin, cos = _inputs(mat, "B,1,S,D", pair)
+    k = torch.randn(B, 1, S, D, dtype=torch.float64)  # GQA/MQA: one k head
+    args = [t.requires_grad_() for t in (x, k, y, sin, cos)]
+    assert torch.autograd.gradcheck(ext.rope_matrix_qk, tuple(args))
+
+
+@pytest.mark.parametrize("mat", list(MATS))
+def test_grads_match_plain_autograd(mat):
+    """All four gradients against autograd through the plain float64 formula."""
+    x, y, sin, cos = _inputs(mat, "B,1,S,D", pair=False, seed=3)
+    g = torch.randn(B, N, S, D, dtype=torch.float64)
+    ins = [t.clone().requires_grad_() for t in (x, y, sin, cos)]
+    ours = torch.autograd.grad(ext.rope_matrix(*ins), ins, g)
+    ref_ins = [t.clone().requires_grad_() for t in (x, y, sin, cos)]
+    refs = torch.autograd.grad(_ref(*ref_ins), ref_ins, g)
+    for name, a, b in zip("x y sin cos".split(), ours, refs):
+        torch.testing.assert_close(a, b, msg=lambda m: f"d{name}: {m}")
+
+
+class _OpLog(TorchDispatchMode):
+    """Logs the aten ops that run (at the top level of the dispatcher)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func.overloadpacket))
+        return func(*args, **(kwargs or {}))
+
+
+class _CallLog:
+    """Stands in for torch.ops.npu_ops_transformer_ext inside the autograd module, logging calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        op = getattr(OPS, name)
+
+        def call(*args):
+            self.calls.append((name, args))
+            return op(*args)
+
+        return call
+
+
+def _rope_tables(mode, s, d, dtype=torch.float32):
+    ang = torch.randn(s, d // 2, dtype=torch.float64)
+    ang = torch.cat([ang, ang], -1) if mode == "half" else ang.repeat_interleave(2, -1)
+    return ang.sin().to(dtype), ang.cos().to(dtype)
+
+
+@pytest.mark.parametrize("mode", ["half", "interleave"])
+def test_dx_is_one_fused_call_for_pair_tables(mode, monkeypatch):
+    """With a pair-constant sin the x-gradient is exactly rope_matrix(g, y^T, sin, cos): one call,
+    no matmul, bit-equal to that call."""
+    y = (matrices.get_half_matrix if mode == "half" else matrices.get_interleave_matrix)(
+        16, dtype=torch.float32
+    )
+    sin, cos = _rope_tables(mode, 7, 16)
+    x = torch.randn(2, 3, 7, 16, dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(2, 3, 7, 16, dtype=torch.bfloat16)
+    out = ext.rope_matrix(x, y, sin, cos)
+    calls = _CallLog()
+    monkeypatch.setattr(ext.autograd, "_ops", calls)
+    with _OpLog() as log:
+        (dx,) = torch.autograd.grad(out, x, g)
+    assert log.names == ["npu_ops_transformer_ext.rope_matrix_backward"]
+    assert [c[0] for c in calls.calls] == ["rope_matrix"]
+    _, (g_, yt, s_, c_) = calls.calls[0]
+    assert g_ is g and s_ is sin and c_ is cos and torch.equal(yt, y.t())
+    assert torch.equal(dx, OPS.rope_matrix(g, y.t().contiguous(), sin, cos))
+
+
+def test_dx_low_precision_against_float64():
+    """bf16/fp16 x with fp32 tables: dx computed in fp32, rounded once (within 1 ulp of fp64)."""
+    y = matrices.get_interleave_matrix(32, dtype=torch.float32)
+    sin, cos = _rope_tables("interleave", 33, 32)
+    for dtype in (torch.bfloat16, torch.float16):
+        x = torch.randn(1, 33, 4, 32, dtype=dtype)
+        sin4, cos4 = sin[:, None], cos[:, None]  # BSND tables [S, 1, D]
+        g = torch.randn(1, 33, 4, 32, dtype=dtype)
+        xr = x.clone().requires_grad_()
+        (dx,) = torch.autograd.grad(ext.rope_matrix(xr, y, sin4, cos4), xr, g)
+        x64 = x.double().requires_grad_()
+        (ref,) = torch.autograd.grad(_ref(x64, y.double(), sin4.double(), cos4.double()), x64, g.double())
+        assert dx.dtype == dtype
+        torch.testing.assert_close(dx.double(), ref, atol=1e-2, rtol=torch.finfo(dtype).eps)
+
+
+def test_dx_free_table_signed_permutation_is_exact():
+    """A table that is NOT pair-constant with a signed-permutation y: still one op call (sin
+    gathered along the pairs), still exactly the fp64 formula."""
+    y = matrices.get_half_matrix(8, dtype=torch.float64)
+    sin, cos = torch.randn(5, 8, dtype=torch.float64), torch.randn(5, 8, dtype=torch.float64)
+    x = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(3, 5, 8, dtype=torch.float64)
+    (dx,) = torch.autograd.grad(ext.rope_matrix(x, y, sin, cos), x, g)
+    torch.testing.assert_close(dx, g * cos + (g * sin) @ y.t(), rtol=0, atol=0)
+
+
+def test_qk_grads_equal_separate_calls_and_missing_grad():
+    y = matrices.get_interleave_matrix(16, dtype=torch.float32)
+    sin, cos = (t.requires_grad_() for t in _rope_tables("interleave", 6, 16))
+    q = torch.randn(2, 4, 6, 16, requires_grad=True)
+    k = torch.randn(2, 2, 6, 16, requires_grad=True)
+    qo, ko = ext.rope_matrix_qk(q, k, y, sin, cos)
+    gq, gk = torch.randn_like(qo), torch.randn_like(ko)
+    got = torch.autograd.grad((qo, ko), (q, k, sin, cos), (gq, gk))
+    a = torch.autograd.grad(ext.rope_matrix(q, y, sin, cos), (q, sin, cos), gq)
+    b = torch.autograd.grad(ext.rope_matrix(k, y, sin, cos), (k, sin, cos), gk)
+    torch.testing.assert_close(got[0], a[0], rtol=0, atol=0)
+    torch.testing.assert_close(got[1], b[0], rtol=0, atol=0)
+    torch.testing.assert_close(got[2], a[1] + b[1])
+    torch.testing.assert_close(got[3], a[2] + b[2])
+    # only q used downstream: k's gradient is zero, q's still right
+    qo, ko = ext.rope_matrix_qk(q, k, y, sin, cos)
+    dq, dk = torch.autograd.grad(qo.sum(), (q, k), allow_unused=True)
+    torch.testing.assert_close(dq, torch.autograd.grad(ext.rope_matrix(q, y, sin, cos).sum(), q)[0])
+    assert dk is None or not dk.any()
+
+
+def test_training_step_matches_plain_torch():
+    """One SGD step of a tiny q/k projection + RoPE + attention-score loss equals plain torch."""
+    torch.manual_seed(0)
+    d, h, s = 16, 2, 9
+    y = matrices.get_half_matrix(d, dtype=torch.float32)
+    sin, cos = _rope_tables("half", s, d)
+
+    def make():
+        torch.manual_seed(1)
+        return torch.nn.Linear(d * h, 2 * d * h)
+
+    inp = torch.randn(2, s, d * h)
+    target = torch.randn(2, h, s, s)
+    models = [make(), make()]
+    for i, m in enumerate(models):
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        q, k = m(inp).view(2, s, 2, h, d).permute(2, 0, 3, 1, 4)  # [B, H, S, D], non-contiguous
+        if i == 0:
+            q, k = ext.rope_matrix_qk(q, k, y, sin, cos)
+        else:
+            q, k = _ref(q, y, sin, cos), _ref(k, y, sin, cos)
+        loss = ((q @ k.transpose(-1, -2) - target) ** 2).mean()
+        loss.backward()
+        opt.step()
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_x_not_saved_when_tables_frozen():
+    y = matrices.get_half_matrix(8, dtype=torch.float32)
+    sin, cos = _rope_tables("half", 4, 8)
+    x = torch.randn(2, 4, 8, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+        ext.rope_matrix(x, y, sin, cos)
+    assert torch.Size([2, 4, 8]) not in saved
+
+
+def test_opcheck_with_grad():
+    y = matrices.get_interleave_matrix(8, dtype=torch.float32)
+    sin, cos = _rope_tables("interleave", 4, 8)
+    x = torch.randn(2, 4, 8, requires_grad=True)
+    k = torch.randn(1, 4, 8, requires_grad=True)
+    torch.library.opcheck(OPS.rope_matrix, (x, y, sin, cos))
+    torch.library.opcheck(OPS.rope_matrix_qk, (x, k, y, sin, cos))
+    g = torch.randn(2, 4, 8)
+    torch.library.opcheck(OPS.rope_matrix_backward, (g, y, sin, cos))
+    torch.library.opcheck(OPS.rope_matrix_qk_backward, (g, g[:1], y, sin, cos))
+
+
+# ---- in-place --------------------------------------------------------------------------------
+
+
+def test_inplace_refuses_grad_inputs():
+    y = matrices.get_half_matrix(8, dtype=torch.float32)
+    sin, cos = _rope_tables("half", 4, 8)
+    x = torch.randn(2, 4, 8, requires_grad=True)
+    for call in (ext.rope_matrix_, OPS.rope_matrix_):
+        with pytest.raises(RuntimeError, match="rope_matrix_: x requires grad"):
+            call(x, y, sin, cos)
+        with pytest.raises(RuntimeError, match="rope_matrix_: x requires grad"), torch.no_grad():
+            call(x, y, sin, cos)
+        with pytest.raises(RuntimeError, match="rope_matrix_: sin requires grad"):
+            call(x.detach().clone(), y, sin.clone().requires_grad_(), cos)
+    with torch.no_grad():  # a learnable table is fine when no graph is being recorded
+        ext.rope_matrix_(x.detach().clone(), y, sin.clone().requires_grad_(), cos)
+
+
+def test_inplace_matches_out_of_place_and_bumps_version():
+    y = matrices.get_half_matrix(8, dtype=torch.float32)
+    sin, cos = _rope_tables("half", 4, 8)
+    a = torch.randn(2, 4, 8, dtype=torch.bfloat16)
+    want = ext.rope_matrix(a, y, sin, cos)
+    w = torch.randn(2, 4, 8, dtype=torch.bfloat16, requires_grad=True)
+    loss = (w * a).sum()  # saves a for backward
+    v = a._version
+    assert ext.rope_matrix_(a, y, sin, cos) is None
+    assert a._version > v
+    assert torch.equal(a, want)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
+
+
+def test_inplace_inference_mode():
+    y = matrices.get_half_matrix(8, dtype=torch.float32)
+    sin, cos = _rope_tables("half", 4, 8)
+    with torch.inference_mode():
+        a = torch.randn(2, 4, 8)
+        want = ext.rope_matrix(a, y, sin, cos)
+        ext.rope_matrix_(a, y, sin, cos)
+    assert torch.equal(a, want)
