@@ -1,0 +1,214 @@
+"""Forward numerics of rope_matrix on CPU against the fp32 reference and the seed's versions."""
+import pytest
+import torch
+
+import npu_ops_transformer_ext as ext
+from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference, rope_v1, rope_v2
+from npu_ops_transformer_ext.matrices import get_half_matrix, get_interleave_matrix
+
+from cases import SPLITS, forward_cases, make_inputs
+
+op = torch.ops.npu_ops_transformer_ext.rope_matrix
+
+TOL = {torch.bfloat16: 2e-2, torch.float16: 2e-3, torch.float32: 2e-5, torch.float64: 1e-12}
+
+
+@pytest.mark.parametrize("layout,form,mode,split,dt,tdt", list(forward_cases()))
+def test_signed_permutation_bit_exact(layout, form, mode, split, dt, tdt):
+    x, y, sin, cos = make_inputs(layout, form, mode, split, dt, tdt)
+    before = [t.clone() for t in (x, y, sin, cos)]
+    out = op(x, y, sin, cos)
+    assert out.dtype == x.dtype and out.shape == x.shape and out.is_contiguous()
+    ref = rope_matrix_reference(x, y, sin, cos)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    # The seed's small-op version (v1: rearrangement per axis), in fp32 with one rounding.
+    torch.testing.assert_close(out, rope_v1(x, sin, cos, mode, SPLITS[split]), rtol=0, atol=0)
+    for t, b in zip((x, y, sin, cos), before):
+        assert torch.equal(t, b), "an input was modified"
+
+
+@pytest.mark.parametrize("split", list(SPLITS))
+@pytest.mark.parametrize("mode", ["half", "interleave"])
+def test_per_axis_matrices_v2(mode, split):
+    x, y, sin, cos = make_inputs("bnsd", "11sd", mode, split, "bf16", "x", seed=3)
+    mats = [mode_matrix(mode, [d]) for d in SPLITS[split]]
+    torch.testing.assert_close(op(x, y, sin, cos), rope_v2(x, sin, cos, mats), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("ydtype", ["x", "fp32"])
+def test_dense_matrix_within_tolerance(dtype, ydtype):
+    g = torch.Generator().manual_seed(1)
+    d = 128
+    x = torch.randn(2, 3, 37, d, generator=g).to(dtype)
+    y = (torch.randn(d, d, generator=g) / d**0.5).to(torch.float32 if ydtype == "fp32" else dtype)
+    sin = torch.randn(37, d, generator=g).to(dtype)
+    cos = torch.randn(37, d, generator=g).to(dtype)
+    out = op(x, y, sin, cos)
+    ref = rope_matrix_reference(x, y, sin, cos)
+    torch.testing.assert_close(out, ref, rtol=TOL[dtype], atol=TOL[dtype])
+    # x @ y must be rounded to x.dtype before the elementwise step: compare against the variant
+    # that skips that rounding, which must be farther away for the low-precision dtypes.
+    if dtype in (torch.bfloat16, torch.float16):
+        unrounded = (x.float() * cos.float() + (x.float() @ y.float()) * sin.float()).to(dtype)
+        err_ref = (out.float() - ref.float()).abs().mean()
+        err_unrounded = (out.float() - unrounded.float()).abs().mean()
+        assert err_ref < err_unrounded
+
+
+@pytest.mark.parametrize("d", [2, 6, 16, 20, 40, 64, 96, 130, 256])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+def test_head_dims(d, dtype):
+    g = torch.Generator().manual_seed(d)
+    x = torch.randn(1, 2, 9, d, generator=g).to(dtype)
+    sin = torch.randn(9, d, generator=g).to(dtype)
+    cos = torch.randn(9, d, generator=g).to(dtype)
+    for y in (get_half_matrix(d, dtype=dtype), get_interleave_matrix(d, dtype=dtype)):
+        torch.testing.assert_close(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+
+
+def _random_signed_permutation(d, g, dtype):
+    perm = torch.randperm(d, generator=g)
+    sign = torch.randint(0, 2, (d,), generator=g) * 2 - 1
+    y = torch.zeros(d, d)
+    y[perm, torch.arange(d)] = sign.float()
+    return y.to(dtype)
+
+
+@pytest.mark.parametrize("d", [16, 64, 128])
+def test_arbitrary_signed_permutation_takes_gather_path(d):
+    # A random permutation scatters partners across the row: exercises the gather fallback.
+    g = torch.Generator().manual_seed(7)
+    y = _random_signed_permutation(d, g, torch.bfloat16)
+    assert ext.is_signed_permutation(y)
+    x = torch.randn(2, 3, 11, d, generator=g).bfloat16()
+    sin, cos = torch.randn(2, 11, d, generator=g).bfloat16().unsqueeze(1).unbind(0)
+    torch.testing.assert_close(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+
+
+def test_partial_permutation_zero_columns_pass_through():
+    # Partial rotary: the last 32 dims have y = 0, cos = 1, sin = 0, so they pass through unchanged.
+    d, r = 128, 96
+    y = torch.zeros(d, d, dtype=torch.bfloat16)
+    y[:r, :r] = get_half_matrix(r)
+    x = torch.randn(2, 4, 10, d).bfloat16()
+    sin = torch.randn(10, d).bfloat16()
+    cos = torch.randn(10, d).bfloat16()
+    sin[:, r:] = 0
+    cos[:, r:] = 1
+    out = op(x, y, sin, cos)
+    torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+    assert torch.equal(out[..., r:], x[..., r:])
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx512"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_every_kernel_family_is_exact(monkeypatch, isa, dtype):
+    # NPU_OPS_CPU_ISA caps the kernel family, so the portable path is tested on this CPU too.
+    monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
+    g = torch.Generator().manual_seed(11)
+    for mode, split in (("half", [128]), ("interleave", [44, 44, 40]), ("quarter", [64, 64])):
+        y = mode_matrix(mode, split, dtype=dtype)
+        x = torch.randn(2, 5, 23, 128, generator=g).to(dtype)
+        sin = torch.randn(23, 128, generator=g).to(dtype)
+        cos = torch.randn(1, 1, 23, 128, generator=g).float()
+        torch.testing.assert_close(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+    yd = (torch.randn(128, 128, generator=g) / 12).to(dtype)
+    torch.testing.assert_close(op(x, yd, sin, cos), rope_matrix_reference(x, yd, sin, cos),
+                               rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_rounding_is_round_to_nearest_even_with_subnormals():
+    # Values whose fp32 result lands exactly between two bf16 values, and bf16 subnormals, which a
+    # flush-to-zero conversion would lose.
+    d = 16
+    y = get_half_matrix(d, dtype=torch.float32)
+    x = torch.tensor([[1.0 + 2**-8, 1.0 + 3 * 2**-8, 2**-130, -(2**-133)] * 4], dtype=torch.float32).bfloat16()
+    x = torch.cat([x, torch.full((1, d), 2**-127).bfloat16()])
+    sin = torch.zeros(d)
+    cos = torch.tensor([1.0 + 2**-9] * d)
+    out = op(x, y, sin, cos)
+    torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+    assert (out[0, 2] != 0).item() and (out[1] != 0).all().item(), "subnormal flushed to zero"
+
+
+def test_non_contiguous_inputs():
+    g = torch.Generator().manual_seed(5)
+    d = 128
+    y = mode_matrix("half", [44, 44, 40])
+    # q sliced out of a fused qkv projection, viewed as BSND, then transposed to BNSD.
+    qkv = torch.randn(2, 37, 3 * 4 * d, generator=g).bfloat16()
+    q = qkv[..., : 4 * d].unflatten(-1, (4, d)).transpose(1, 2)
+    assert not q.is_contiguous()
+    # Tables: a strided view of a larger table and an expanded one.
+    big = torch.randn(74, 2 * d, generator=g).bfloat16()
+    sin = big[::2, :d]
+    cos = torch.randn(1, d, generator=g).bfloat16().expand(37, d)
+    out = op(q, y, sin, cos)
+    assert out.is_contiguous()
+    torch.testing.assert_close(out, rope_matrix_reference(q.contiguous(), y, sin.contiguous(), cos.contiguous()),
+                               rtol=0, atol=0)
+    # x whose last dim is not unit-stride.
+    xt = torch.randn(2, 3, d, 37, generator=g).bfloat16().transpose(-1, -2)
+    torch.testing.assert_close(op(xt, y, sin, cos), rope_matrix_reference(xt, y, sin, cos), rtol=0, atol=0)
+    # Non-contiguous y.
+    yt = y.t().contiguous().t()
+    torch.testing.assert_close(op(q, yt, sin, cos), out, rtol=0, atol=0)
+
+
+def test_long_sequence_many_threads():
+    # Enough rows for every thread, S not divisible by anything convenient.
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(1, 24, 1521, 128, generator=g).bfloat16()
+    sin = torch.randn(1, 1, 1521, 128, generator=g).bfloat16()
+    cos = torch.randn(1, 1, 1521, 128, generator=g).bfloat16()
+    y = mode_matrix("half", [44, 44, 40])
+    torch.testing.assert_close(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+
+
+def test_output_never_aliases_input():
+    x = torch.randn(2, 8, 64).bfloat16()
+    y = get_half_matrix(64)
+    sin = torch.zeros(8, 64).bfloat16()
+    cos = torch.ones(8, 64).bfloat16()
+    out = op(x, y, sin, cos)
+    assert torch.equal(out, x)
+    assert out.data_ptr() != x.data_ptr()
+
+
+@pytest.mark.parametrize("shape", [(0, 4, 128), (2, 0, 128), (3, 5, 0)])
+def test_empty(shape):
+    d = shape[-1]
+    x = torch.randn(shape).bfloat16()
+    out = op(x, torch.zeros(d, d).bfloat16(), torch.randn(shape[-2], d).bfloat16(), torch.randn(shape[-2], d).bfloat16())
+    assert out.shape == x.shape and out.dtype == x.dtype
+
+
+def test_nan_and_inf_propagate():
+    d = 16
+    y = get_interleave_matrix(d, dtype=torch.float32)
+    x = torch.ones(1, 2, d)
+    x[0, 0, 2] = float("nan")
+    x[0, 1, 5] = float("inf")
+    sin = torch.full((2, d), 0.5)
+    cos = torch.full((2, d), 0.5)
+    out = op(x, y, sin, cos)
+    # Row 0: element 2 and its interleave partner 3 see the NaN; the rest are finite.
+    assert torch.isnan(out[0, 0, 2]) and torch.isnan(out[0, 0, 3])
+    assert torch.isfinite(out[0, 0, [0, 1] + list(range(4, d))]).all()
+    # Row 1: x[5] = inf: out[5] = inf*cos + x4*sin = inf, out[4] = x4*cos - inf*sin = -inf.
+    assert out[0, 1, 5] == float("inf") and out[0, 1, 4] == float("-inf")
+    # Inf in a table propagates too: 0 * inf is NaN.
+    x2 = torch.zeros(1, 1, d)
+    sin2 = torch.full((1, d), float("inf"))
+    assert torch.isnan(op(x2, y, sin2, cos[:1])).all()
+
+
+def test_float64():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, 7, 64, generator=g, dtype=torch.float64)
+    y = mode_matrix("half", [32, 32], dtype=torch.float64)
+    sin = torch.randn(7, 64, generator=g, dtype=torch.float64)
+    cos = torch.randn(7, 64, generator=g, dtype=torch.float32)
+    ref = x * cos.double() + (x @ y) * sin
+    torch.testing.assert_close(op(x, y, sin, cos), ref, rtol=0, atol=0)
