@@ -19,6 +19,7 @@ from .matrices import (
     get_quarter_matrix,
     is_signed_permutation,
 )
+from .tables import RopeTables, RotaryEmbedding, rope_1d, rope_mrope, rope_nd
 
 __version__ = "0.1.0"
 
@@ -32,4 +33,9 @@ __all__ = [
     "get_interleave_matrix",
     "get_quarter_matrix",
     "is_signed_permutation",
+    "RopeTables",
+    "RotaryEmbedding",
+    "rope_1d",
+    "rope_mrope",
+    "rope_nd",
 ]

@@ -1,0 +1,483 @@
+"""cos/sin tables and the matching rotate matrix for ``rope_matrix``, as real models build them.
+
+Every builder returns ``RopeTables(cos, sin, mat)`` with ``cos``/``sin`` of shape ``[..., S, D]``
+(float32 by default, or the dtype you ask for) and ``mat`` the ``[D, D]`` rotate matrix, so that
+
+    rope_matrix(x, mat, sin, cos) == RoPE(x)
+
+for x with head dim ``D`` once the tables are viewed to broadcast with x's layout (see
+``for_layout``). Notation: ``pos`` a position, ``j`` a frequency (pair) index,
+``inv_freq[j] = theta ** (-2j / d)`` for a rotated dim ``d``, angle ``phi_j(pos) = pos * inv_freq[j]``.
+
+Layout of the pairs (``mode``):
+  * ``"half"`` (GPT-NeoX, LLaMA): pairs ``(j, j + d/2)``; ``cos = [cos(phi), cos(phi)]``; mat is
+    ``get_half_matrix(d)``.
+  * ``"interleave"`` (GPT-J, Wan, HunyuanVideo, FLUX, Qwen-Image): pairs ``(2j, 2j+1)``;
+    ``cos = [cos(phi_0), cos(phi_0), cos(phi_1), ...]``; mat is ``get_interleave_matrix(d)``.
+
+Precision: angles and cos/sin are computed on the CPU in ``freqs_dtype`` (float64 by default, as
+Wan and diffusers' FLUX do; float32 reproduces models that build float32 tables, e.g.
+HunyuanVideo) and rounded once to ``dtype`` (float32 by default: the op computes in float32 and
+accepts float32 tables with bf16/fp16 x, so there is no reason to round tables to bf16).
+
+Partial rotary dim: dims past the rotated ones get ``cos = 1``, ``sin = 0`` and all-zero rows and
+columns in ``mat``, so ``out == x`` there (the CPU kernel keeps its permutation fast path for such a
+partial signed permutation).
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Mapping, NamedTuple, Optional, Sequence, Union
+
+import torch
+from torch import Tensor
+
+from .matrices import compose_matrix, get_half_matrix, get_interleave_matrix
+
+__all__ = [
+    "RopeTables",
+    "SEED_3D_SPLIT",
+    "WAN_SPLIT",
+    "HUNYUAN_VIDEO_SPLIT",
+    "FLUX_SPLIT",
+    "QWEN_IMAGE_SPLIT",
+    "wan_split",
+    "rope_inv_freq",
+    "rope_1d",
+    "rope_nd",
+    "rope_mrope",
+    "grid_positions",
+    "rotate_matrix",
+    "for_layout",
+    "RotaryEmbedding",
+]
+
+#: The original operator's 3D split (``44 + 44 + 40``), per axis rotated in ``mode``.
+SEED_3D_SPLIT = (44, 44, 40)
+#: Wan2.1/2.2 at head dim 128: ``[d - 4*(d//6), 2*(d//6), 2*(d//6)]`` (t, h, w), theta 10000.
+WAN_SPLIT = (44, 42, 42)
+#: HunyuanVideo ``rope_dim_list`` (t, h, w), theta 256.
+HUNYUAN_VIDEO_SPLIT = (16, 56, 56)
+#: FLUX.1 ``axes_dim`` (index, row, col), theta 10000.
+FLUX_SPLIT = (16, 56, 56)
+#: Qwen-Image ``axes_dims_rope`` (frame, h, w), theta 10000, centered h/w positions.
+QWEN_IMAGE_SPLIT = (16, 56, 56)
+
+_MODES = ("half", "interleave")
+
+
+class RopeTables(NamedTuple):
+    """``cos``, ``sin``: ``[..., S, D]``; ``mat``: ``[D, D]``. Call ``rope_matrix(x, mat, sin, cos)``."""
+
+    cos: Tensor
+    sin: Tensor
+    mat: Tensor
+
+
+def wan_split(head_dim: int) -> tuple:
+    """Wan's per-axis rotated dims for a head dim d: ``(d - 4*(d//6), 2*(d//6), 2*(d//6))``."""
+    h = 2 * (head_dim // 6)
+    return (head_dim - 2 * h, h, h)
+
+
+# ---- frequencies and scaling -------------------------------------------------------------------
+
+
+def _get(scaling: Mapping, *names, default=None):
+    for n in names:
+        if n in scaling and scaling[n] is not None:
+            return scaling[n]
+    return default
+
+
+def rope_inv_freq(
+    dim: int,
+    theta: float = 10000.0,
+    scaling: Optional[Mapping] = None,
+    *,
+    seq_len: Optional[int] = None,
+    dtype: torch.dtype = torch.float64,
+):
+    """Inverse frequencies ``[dim // 2]`` on the CPU and the attention factor: ``(inv_freq, attn)``.
+
+    ``inv_freq[j] = 1 / theta ** (2j / dim)``; ``attn`` multiplies cos and sin (1 except for YaRN).
+    ``scaling`` is None or a mapping with ``"type"`` (or HF's ``"rope_type"``) and ``"factor"``:
+
+    * ``linear`` (position interpolation): ``inv_freq / factor``.
+    * ``ntk`` (NTK-aware, static): ``theta' = theta * factor ** (dim / (dim - 2))``.
+    * ``dynamic`` (dynamic NTK): with ``L = original_max_position_embeddings`` and ``seq_len > L``,
+      ``theta' = theta * (factor * seq_len / L - (factor - 1)) ** (dim / (dim - 2))``; unchanged
+      for ``seq_len <= L``.
+    * ``yarn``: ``beta_fast`` (32), ``beta_slow`` (1), ``L``. With
+      ``c(r) = dim * ln(L / (2 pi r)) / (2 ln theta)``, ``lo = max(floor(c(beta_fast)), 0)``,
+      ``hi = min(ceil(c(beta_slow)), dim - 1)`` and ``ramp[j] = clamp((j - lo) / (hi - lo), 0, 1)``
+      (``hi += 0.001`` when equal): ``inv_freq = base/factor * ramp + base * (1 - ramp)``.
+      ``attn = attention_factor`` if given, else ``0.1 * ln(factor) + 1`` (1 for factor <= 1).
+    * ``llama3``: ``low_freq_factor`` (1), ``high_freq_factor`` (4), ``L`` (8192). With wavelength
+      ``w = 2 pi / inv_freq``: ``w < L / high`` keeps ``inv_freq``; ``w > L / low`` uses
+      ``inv_freq / factor``; in between ``s = (L / w - low) / (high - low)`` and
+      ``inv_freq = (1 - s) * inv_freq / factor + s * inv_freq``.
+    """
+    if dim <= 0 or dim % 2:
+        raise ValueError(f"rope_inv_freq: dim must be a positive even number, got {dim}")
+    idx = torch.arange(0, dim, 2, dtype=dtype)
+    attn = 1.0
+    kind = None if scaling is None else _get(scaling, "type", "rope_type")
+    factor = 1.0 if scaling is None else float(_get(scaling, "factor", default=1.0))
+    orig = None if scaling is None else _get(scaling, "original_max_position_embeddings")
+    if kind in (None, "default"):
+        base = theta
+    elif kind == "ntk":
+        base = theta * factor ** (dim / (dim - 2))
+    elif kind == "dynamic":
+        if orig is None:
+            raise ValueError("rope_inv_freq: dynamic scaling needs original_max_position_embeddings")
+        base = theta
+        if seq_len is not None and seq_len > orig:
+            base = theta * (factor * seq_len / orig - (factor - 1)) ** (dim / (dim - 2))
+    elif kind in ("linear", "yarn", "llama3"):
+        base = theta
+    else:
+        raise ValueError(
+            f"rope_inv_freq: unknown scaling type {kind!r}; expected linear, ntk, dynamic, yarn or llama3"
+        )
+    inv = 1.0 / (base ** (idx / dim))
+    if kind == "linear":
+        inv = inv / factor
+    elif kind == "yarn":
+        if orig is None:
+            raise ValueError("rope_inv_freq: yarn scaling needs original_max_position_embeddings")
+        beta_fast = float(_get(scaling, "beta_fast", default=32.0))
+        beta_slow = float(_get(scaling, "beta_slow", default=1.0))
+
+        def corr(r):
+            return dim * math.log(orig / (r * 2 * math.pi)) / (2 * math.log(theta))
+
+        lo = max(math.floor(corr(beta_fast)), 0)
+        hi = min(math.ceil(corr(beta_slow)), dim - 1)
+        if hi == lo:
+            hi += 0.001
+        ramp = ((torch.arange(dim // 2, dtype=dtype) - lo) / (hi - lo)).clamp(0, 1)
+        inv = inv / factor * ramp + inv * (1 - ramp)
+        af = _get(scaling, "attention_factor")
+        attn = float(af) if af is not None else (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+    elif kind == "llama3":
+        orig = 8192 if orig is None else orig
+        low = float(_get(scaling, "low_freq_factor", default=1.0))
+        high = float(_get(scaling, "high_freq_factor", default=4.0))
+        wavelen = 2 * math.pi / inv
+        smooth = ((orig / wavelen - low) / (high - low)).clamp(0, 1)
+        mid = (1 - smooth) * inv / factor + smooth * inv
+        inv = torch.where(wavelen < orig / high, inv, torch.where(wavelen > orig / low, inv / factor, mid))
+    return inv, attn
+
+
+# ---- matrices and pair layouts -----------------------------------------------------------------
+
+
+def _check_mode(mode):
+    if mode not in _MODES:
+        raise ValueError(f"mode must be 'half' or 'interleave', got {mode!r}")
+
+
+def _expand_pairs(a: Tensor, mode: str) -> Tensor:
+    """Angle-per-pair ``[..., d/2]`` -> per-element ``[..., d]`` in ``mode``'s pair layout."""
+    return a.repeat_interleave(2, dim=-1) if mode == "interleave" else torch.cat([a, a], dim=-1)
+
+
+def rotate_matrix(
+    rotary_dims: Sequence[int], head_dim: Optional[int] = None, mode: str = "half", dtype=torch.float32, device=None
+) -> Tensor:
+    """Block-diagonal rotate matrix: ``mode`` within each block of ``rotary_dims``, zero tail up to
+    ``head_dim`` (pass-through). ``rotate_matrix([128])`` is ``get_half_matrix(128)``;
+    ``rotate_matrix([44, 44, 40], mode="half")`` is the seed's composed 3D matrix."""
+    _check_mode(mode)
+    build = get_half_matrix if mode == "half" else get_interleave_matrix
+    blocks = [build(int(d), dtype=dtype) for d in rotary_dims]
+    total = sum(int(d) for d in rotary_dims)
+    head_dim = total if head_dim is None else head_dim
+    if head_dim < total:
+        raise ValueError(f"rotate_matrix: head_dim {head_dim} < sum of rotary dims {total}")
+    if head_dim > total:
+        blocks.append(torch.zeros(head_dim - total, head_dim - total, dtype=dtype))
+    return compose_matrix(*blocks).to(device)
+
+
+def _finish(ang: Tensor, head_dim: int, attn: float, dtype, device, mat: Tensor) -> RopeTables:
+    """Per-element angles ``[..., r]`` -> tables padded to head_dim with the identity."""
+    cos, sin = torch.cos(ang), torch.sin(ang)
+    if attn != 1.0:
+        cos, sin = cos * attn, sin * attn
+    pad = head_dim - ang.shape[-1]
+    if pad:
+        shape = (*ang.shape[:-1], pad)
+        cos = torch.cat([cos, torch.ones(shape, dtype=cos.dtype)], dim=-1)
+        sin = torch.cat([sin, torch.zeros(shape, dtype=sin.dtype)], dim=-1)
+    return RopeTables(cos.to(dtype).to(device), sin.to(dtype).to(device), mat.to(device))
+
+
+def _positions(positions, offset, dtype) -> Tensor:
+    if isinstance(positions, int):
+        return torch.arange(positions, dtype=dtype) + offset
+    p = torch.as_tensor(positions).detach().to("cpu", dtype)
+    return p + offset if offset else p
+
+
+# ---- builders -----------------------------------------------------------------------------------
+
+
+def rope_1d(
+    positions: Union[int, Tensor],
+    head_dim: int,
+    *,
+    rotary_dim: Optional[int] = None,
+    theta: float = 10000.0,
+    offset: Union[int, float] = 0,
+    mode: str = "half",
+    scaling: Optional[Mapping] = None,
+    freqs_dtype: torch.dtype = torch.float64,
+    dtype: torch.dtype = torch.float32,
+    mat_dtype: torch.dtype = torch.float32,
+    device=None,
+) -> RopeTables:
+    """1D RoPE (LLMs): ``cos[..., s, :]`` for position ``positions[..., s] + offset``.
+
+    ``positions``: an int S (positions ``offset .. offset + S - 1``) or a tensor ``[..., S]`` of
+    positions (per batch, packed sequences, ...). ``rotary_dim`` (default ``head_dim``): only the
+    first ``rotary_dim`` dims rotate, the rest pass through. ``scaling``: see ``rope_inv_freq``
+    (``seq_len`` for dynamic NTK is the largest position + 1).
+    """
+    _check_mode(mode)
+    r = head_dim if rotary_dim is None else rotary_dim
+    if r <= 0 or r % 2 or r > head_dim:
+        raise ValueError(f"rope_1d: rotary_dim must be even and in (0, head_dim={head_dim}], got {r}")
+    pos = _positions(positions, offset, freqs_dtype)
+    seq_len = int(pos.max().item()) + 1 if pos.numel() else 0
+    inv, attn = rope_inv_freq(r, theta, scaling, seq_len=seq_len, dtype=freqs_dtype)
+    ang = _expand_pairs(pos.unsqueeze(-1) * inv, mode)
+    return _finish(ang, head_dim, attn, dtype, device, rotate_matrix([r], head_dim, mode, mat_dtype))
+
+
+def grid_positions(
+    grid: Sequence[int], *, center: Union[bool, Sequence[bool]] = False, start: Sequence[float] = (), dtype=torch.float64
+) -> Tensor:
+    """``[prod(grid), len(grid)]`` positions of a (t, h, w) / (h, w) grid, first axis slowest
+    (``meshgrid(indexing="ij")`` flattened). ``start[a]`` shifts axis a; ``center`` (per axis or all)
+    uses ``n//2 - n .. n//2 - 1`` (``arange(n) - (n - n//2)``, Qwen-Image's ``scale_rope``)."""
+    n = len(grid)
+    centers = [center] * n if isinstance(center, bool) else list(center)
+    axes = []
+    for a, size in enumerate(grid):
+        p = torch.arange(int(size), dtype=dtype)
+        if centers[a]:
+            p = p - (int(size) - int(size) // 2)
+        if a < len(start):
+            p = p + start[a]
+        axes.append(p)
+    mesh = torch.meshgrid(*axes, indexing="ij")
+    return torch.stack([m.reshape(-1) for m in mesh], dim=-1)
+
+
+def rope_nd(
+    positions: Union[Sequence[int], Tensor],
+    axes_dim: Sequence[int],
+    *,
+    head_dim: Optional[int] = None,
+    theta: Union[float, Sequence[float]] = 10000.0,
+    mode: str = "interleave",
+    scaling: Optional[Sequence[Optional[Mapping]]] = None,
+    freqs_dtype: torch.dtype = torch.float64,
+    dtype: torch.dtype = torch.float32,
+    mat_dtype: torch.dtype = torch.float32,
+    device=None,
+) -> RopeTables:
+    """2D/3D (any N) RoPE with an axis split, as image/video models build it.
+
+    Axis ``a`` owns the next ``axes_dim[a]`` dims of D and rotates them as an independent 1D RoPE of
+    dim ``d_a = axes_dim[a]`` at position ``pos_a``: ``inv_freq_a[j] = theta_a ** (-2j / d_a)``.
+    ``mode="interleave"`` pairs adjacent elements (Wan ``WAN_SPLIT``, HunyuanVideo / FLUX / Qwen-Image
+    ``(16, 56, 56)``; the matrix is the global interleave matrix); ``mode="half"`` rotates half of
+    each block (the seed's ``44 + 44 + 40``; the matrix is block-diagonal).
+
+    ``positions``: a grid ``(t, h, w)`` (``grid_positions``) or a tensor ``[..., S, N]`` of
+    per-token axis positions (FLUX ids, shifted or centered grids). ``theta`` and ``scaling`` may be
+    per axis. Dims past ``sum(axes_dim)`` up to ``head_dim`` pass through.
+    """
+    _check_mode(mode)
+    axes_dim = [int(d) for d in axes_dim]
+    n = len(axes_dim)
+    if any(d <= 0 or d % 2 for d in axes_dim):
+        raise ValueError(f"rope_nd: every axis dim must be positive and even, got {axes_dim}")
+    if isinstance(positions, Tensor):
+        pos = positions.detach().to("cpu", freqs_dtype)
+    else:
+        pos = grid_positions(positions, dtype=freqs_dtype)
+    if pos.shape[-1] != n:
+        raise ValueError(f"rope_nd: positions must have {n} axes (last dim), got {list(pos.shape)}")
+    thetas = list(theta) if isinstance(theta, (list, tuple)) else [theta] * n
+    scalings = list(scaling) if scaling is not None else [None] * n
+    total = sum(axes_dim)
+    head_dim = total if head_dim is None else head_dim
+    angs, attn = [], 1.0
+    for a, d in enumerate(axes_dim):
+        inv, at = rope_inv_freq(d, float(thetas[a]), scalings[a], dtype=freqs_dtype)
+        attn = at if at != 1.0 else attn
+        angs.append(_expand_pairs(pos[..., a : a + 1] * inv, mode))
+    ang = torch.cat(angs, dim=-1)
+    return _finish(ang, head_dim, attn, dtype, device, rotate_matrix(axes_dim, head_dim, mode, mat_dtype))
+
+
+def rope_mrope(
+    positions: Tensor,
+    head_dim: int,
+    sections: Sequence[int],
+    *,
+    theta: float = 10000.0,
+    mode: str = "half",
+    interleaved: bool = False,
+    scaling: Optional[Mapping] = None,
+    freqs_dtype: torch.dtype = torch.float64,
+    dtype: torch.dtype = torch.float32,
+    mat_dtype: torch.dtype = torch.float32,
+    device=None,
+) -> RopeTables:
+    """Multi-section RoPE (mRoPE: Qwen2-VL, ggml ``MROPE``): one RoPE over the whole rotary dim,
+    whose frequency (pair) indices are split into ``sections`` (counted in pairs, e.g.
+    ``[16, 24, 24]`` for D = 128), each taking its position from its own stream.
+
+    ``positions``: ``[n_streams, ..., S]`` (t, h, w[, e]); for text tokens all streams are equal
+    and the table equals ``rope_1d``'s. ``inv_freq[j] = theta ** (-2j / R)`` with
+    ``R = 2 * sum(sections)`` (the global index, unlike ``rope_nd``). Pair j uses stream ``a`` with
+    ``sum(sections[:a]) <= j < sum(sections[:a+1])``; with ``interleaved=True`` (Qwen3-VL,
+    ggml ``IMROPE``) pair j uses stream 1 when ``j % 3 == 1 and j < 3 * sections[1]``, stream 2
+    when ``j % 3 == 2 and j < 3 * sections[2]``, else stream 0. Dims past R pass through.
+    """
+    _check_mode(mode)
+    sections = [int(s) for s in sections]
+    half_r = sum(sections)
+    r = 2 * half_r
+    if r > head_dim:
+        raise ValueError(f"rope_mrope: 2 * sum(sections) = {r} exceeds head_dim {head_dim}")
+    pos = positions.detach().to("cpu", freqs_dtype)
+    if pos.shape[0] != len(sections):
+        raise ValueError(f"rope_mrope: positions must be [{len(sections)}, ..., S], got {list(pos.shape)}")
+    j = torch.arange(half_r)
+    if interleaved:
+        stream = torch.zeros(half_r, dtype=torch.long)
+        for a in (1, 2):
+            if a < len(sections):
+                stream[(j % 3 == a) & (j < 3 * sections[a])] = a
+    else:
+        stream = torch.repeat_interleave(torch.arange(len(sections)), torch.tensor(sections))
+    seq_len = int(pos.max().item()) + 1 if pos.numel() else 0
+    inv, attn = rope_inv_freq(r, theta, scaling, seq_len=seq_len, dtype=freqs_dtype)
+    # pos: [n, ..., S] -> per pair [..., S, half_r] picking stream[j]
+    per_pair = pos.movedim(0, -1)[..., stream]  # [..., S, half_r]
+    ang = _expand_pairs(per_pair * inv, mode)
+    return _finish(ang, head_dim, attn, dtype, device, rotate_matrix([r], head_dim, mode, mat_dtype))
+
+
+# ---- layouts and the cached module -------------------------------------------------------------
+
+_SEQ_DIM = {"BNSD": -2, "BSND": -3, "SBND": -4, "TND": -3, "SD": -2}
+
+
+def for_layout(t: Tensor, layout: str) -> Tensor:
+    """View a table ``[S, D]`` or ``[B, S, D]`` so that it broadcasts to x in ``layout``:
+    BNSD -> ``[S, D]`` / ``[B, 1, S, D]``; BSND, TND -> ``[S, 1, D]`` / ``[B, S, 1, D]``;
+    SBND -> ``[S, 1, 1, D]`` (batched tables are not supported for SBND)."""
+    if layout not in _SEQ_DIM:
+        raise ValueError(f"layout must be one of {sorted(_SEQ_DIM)}, got {layout!r}")
+    inner = -_SEQ_DIM[layout] - 2  # singleton dims between S and D
+    if t.dim() == 3:
+        if layout == "SBND":
+            raise ValueError("for_layout: per-batch tables [B, S, D] cannot broadcast to SBND")
+        return t.unsqueeze(1) if layout == "BNSD" else t.unsqueeze(2)
+    return t.reshape(t.shape[0], *([1] * inner), t.shape[-1])
+
+
+class RotaryEmbedding(torch.nn.Module):
+    """1D RoPE with cached tables: builds cos/sin once per (S, offset, device, dtype) and applies
+    ``rope_matrix_qk``.
+
+    Tables are kept out of the module's buffers on purpose: ``model.to(torch.bfloat16)`` must not
+    round them (they are float32 unless ``table_dtype`` says otherwise). ``forward(q, k)`` rotates
+    q and k (``[..., S, ..., D]`` in ``layout``); pass ``offset`` (KV cache) or per-token
+    ``positions`` (``[S]`` or ``[B, S]``; not cached).
+
+        rope = RotaryEmbedding(128, theta=1e6, mode="half", layout="BSND",
+                               scaling={"type": "yarn", "factor": 4.0,
+                                        "original_max_position_embeddings": 32768})
+        q, k = rope(q, k)
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        rotary_dim: Optional[int] = None,
+        theta: float = 10000.0,
+        mode: str = "half",
+        scaling: Optional[Mapping] = None,
+        layout: str = "BNSD",
+        freqs_dtype: torch.dtype = torch.float64,
+        table_dtype: torch.dtype = torch.float32,
+        max_cached: int = 8,
+    ):
+        super().__init__()
+        _check_mode(mode)
+        if layout not in _SEQ_DIM:
+            raise ValueError(f"layout must be one of {sorted(_SEQ_DIM)}, got {layout!r}")
+        self.head_dim, self.rotary_dim, self.theta, self.mode = head_dim, rotary_dim, theta, mode
+        self.scaling, self.layout = scaling, layout
+        self.freqs_dtype, self.table_dtype, self.max_cached = freqs_dtype, table_dtype, max_cached
+        self._cache: "OrderedDict[tuple, RopeTables]" = OrderedDict()
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, theta={self.theta}, "
+            f"mode={self.mode!r}, layout={self.layout!r}, scaling={self.scaling}"
+        )
+
+    def _build(self, positions, offset, device):
+        return rope_1d(
+            positions,
+            self.head_dim,
+            rotary_dim=self.rotary_dim,
+            theta=self.theta,
+            offset=offset,
+            mode=self.mode,
+            scaling=self.scaling,
+            freqs_dtype=self.freqs_dtype,
+            dtype=self.table_dtype,
+            device=device,
+        )
+
+    def tables(self, seq_len: int, *, offset: int = 0, device=None) -> RopeTables:
+        """Cached ``RopeTables`` for positions ``offset .. offset + seq_len - 1``, viewed for the
+        layout (e.g. ``[S, 1, D]`` for BSND)."""
+        device = torch.device("cpu") if device is None else torch.device(device)
+        key = (int(seq_len), int(offset), device, self.table_dtype)
+        hit = self._cache.get(key)
+        if hit is None:
+            t = self._build(int(seq_len), int(offset), device)
+            hit = RopeTables(for_layout(t.cos, self.layout), for_layout(t.sin, self.layout), t.mat)
+            self._cache[key] = hit
+            while len(self._cache) > self.max_cached:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return hit
+
+    def forward(self, q: Tensor, k: Optional[Tensor] = None, *, offset: int = 0, positions: Optional[Tensor] = None):
+        from .ops import rope_matrix, rope_matrix_qk
+
+        if positions is not None:
+            t = self._build(positions, offset, q.device)
+            tab = RopeTables(for_layout(t.cos, self.layout), for_layout(t.sin, self.layout), t.mat)
+        else:
+            tab = self.tables(q.shape[_SEQ_DIM[self.layout]], offset=offset, device=q.device)
+        if k is None:
+            return rope_matrix(q, tab.mat, tab.sin, tab.cos)
+        return rope_matrix_qk(q, k, tab.mat, tab.sin, tab.cos)

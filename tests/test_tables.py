@@ -1,0 +1,248 @@
+"""Table builders against each model's RoPE written here from its published formula.
+
+Goldens are independent of the package: complex-number rotations in float64 (Wan's form), a 2x2
+rotation per pair (FLUX's form), explicit per-pair loops for mRoPE and the scaling rules.
+"""
+import math
+
+import pytest
+import torch
+
+import npu_ops_transformer_ext as ext
+from npu_ops_transformer_ext import reference, tables
+
+F64 = torch.float64
+
+
+def _rot_complex(x, ang, mode):
+    """Golden: rotate pairs of x by angles ang ([..., D/2]) as complex numbers, float64."""
+    x = x.to(F64)
+    d = x.shape[-1]
+    if mode == "interleave":
+        z = torch.view_as_complex(x.reshape(*x.shape[:-1], d // 2, 2).contiguous())
+        return torch.view_as_real(z * torch.polar(torch.ones_like(ang), ang)).flatten(-2)
+    z = torch.complex(x[..., : d // 2], x[..., d // 2 :])
+    r = z * torch.polar(torch.ones_like(ang), ang)
+    return torch.cat([r.real, r.imag], dim=-1)
+
+
+def _inv(d, theta):
+    return torch.tensor([theta ** (-2.0 * j / d) for j in range(d // 2)], dtype=F64)
+
+
+def _apply(x, t):
+    return ext.rope_matrix(x, t.mat.to(x.dtype), t.sin.to(x.dtype), t.cos.to(x.dtype))
+
+
+@pytest.mark.parametrize("mode", ["half", "interleave"])
+def test_rope_1d_matches_complex_rotation(mode):
+    s, d = 37, 64
+    x = torch.randn(2, 3, s, d, dtype=F64)
+    t = tables.rope_1d(s, d, theta=500.0, offset=11, mode=mode, dtype=F64, mat_dtype=F64)
+    ang = (torch.arange(s, dtype=F64) + 11)[:, None] * _inv(d, 500.0)
+    torch.testing.assert_close(_apply(x, t), _rot_complex(x, ang, mode), rtol=1e-12, atol=1e-12)
+    assert t.cos.dtype == torch.float32 or t.cos.dtype == F64
+
+
+def test_rope_1d_partial_rotary_passes_tail_through():
+    s, d, r = 9, 80, 32
+    x = torch.randn(1, 2, s, d)
+    t = tables.rope_1d(s, d, rotary_dim=r, mode="half")
+    out = _apply(x, t)
+    assert torch.equal(out[..., r:], x[..., r:])
+    want = _rot_complex(x[..., :r], torch.arange(s, dtype=F64)[:, None] * _inv(r, 10000.0), "half")
+    torch.testing.assert_close(out[..., :r].double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_rope_1d_positions_tensor_and_layouts():
+    d = 32
+    pos = torch.tensor([[0, 1, 2, 3], [7, 8, 9, 10]])
+    t = tables.rope_1d(pos, d, mode="interleave")
+    assert t.cos.shape == (2, 4, d)
+    t2 = tables.rope_1d(4, d, offset=7, mode="interleave")
+    assert torch.equal(t.cos[1], t2.cos) and torch.equal(t.sin[1], t2.sin)
+    x = torch.randn(2, 4, 3, d)  # BSND
+    out = _apply(x, tables.RopeTables(tables.for_layout(t.cos, "BSND"), tables.for_layout(t.sin, "BSND"), t.mat))
+    xb = x.transpose(1, 2)  # BNSD view
+    out_b = _apply(xb, tables.RopeTables(tables.for_layout(t.cos, "BNSD"), tables.for_layout(t.sin, "BNSD"), t.mat))
+    assert torch.equal(out, out_b.transpose(1, 2))
+
+
+def _wan_golden(x, grid, theta=10000.0):
+    """Wan: per-axis complex128 tables ``polar(1, outer(pos, 1/theta**(arange(0,d,2)/d)))`` for
+    dims (d-4(d//6), 2(d//6), 2(d//6)), concatenated per token, interleaved complex multiply."""
+    d = x.shape[-1]
+    dims = [d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6)]
+    f, h, w = grid
+    parts = []
+    for a, (dim, n) in enumerate(zip(dims, grid)):
+        fr = 1.0 / torch.pow(torch.tensor(theta, dtype=F64), torch.arange(0, dim, 2, dtype=F64) / dim)
+        ang = torch.outer(torch.arange(n, dtype=F64), fr)
+        shape = [1, 1, 1, dim // 2]
+        shape[a] = n
+        parts.append(ang.view(shape).expand(f, h, w, dim // 2))
+    ang = torch.cat(parts, dim=-1).reshape(f * h * w, 1, d // 2)  # [S, 1, D/2] for BSND x
+    return _rot_complex(x, ang, "interleave")
+
+
+def test_rope_nd_wan_split_and_grid():
+    grid, d = (3, 4, 5), 128
+    assert tables.wan_split(d) == tables.WAN_SPLIT
+    x = torch.randn(1, 60, 2, d, dtype=F64)
+    t = tables.rope_nd(grid, tables.WAN_SPLIT, mode="interleave", dtype=F64, mat_dtype=F64)
+    tab = tables.RopeTables(t.cos[:, None], t.sin[:, None], t.mat)
+    torch.testing.assert_close(_apply(x, tab), _wan_golden(x, grid), rtol=1e-12, atol=1e-12)
+    # float32 tables (the default) vs the float64 golden: within a few float32 ulps
+    t32 = tables.rope_nd(grid, tables.WAN_SPLIT)
+    out = ext.rope_matrix(x.float(), t32.mat, t32.sin[:, None], t32.cos[:, None])
+    torch.testing.assert_close(out.double(), _wan_golden(x, grid), rtol=0, atol=4e-6 * x.abs().max().item())
+
+
+def test_rope_nd_hunyuan_fp32_tables_bitwise():
+    """HunyuanVideo builds fp32 tables: ``1/(theta**(arange(0,d,2).float()/d))``, outer with float
+    grid positions, cos/sin, repeat_interleave(2); theta 256, split 16/56/56."""
+    grid = (2, 3, 4)
+    t = tables.rope_nd(grid, tables.HUNYUAN_VIDEO_SPLIT, theta=256.0, freqs_dtype=torch.float32)
+    mesh = torch.meshgrid(*[torch.arange(n, dtype=torch.float32) for n in grid], indexing="ij")
+    cos, sin = [], []
+    for a, dim in enumerate(tables.HUNYUAN_VIDEO_SPLIT):
+        fr = 1.0 / (256.0 ** (torch.arange(0, dim, 2)[: dim // 2].float() / dim))
+        ang = torch.outer(mesh[a].reshape(-1), fr)
+        cos.append(ang.cos().repeat_interleave(2, dim=1))
+        sin.append(ang.sin().repeat_interleave(2, dim=1))
+    assert torch.equal(t.cos, torch.cat(cos, 1)) and torch.equal(t.sin, torch.cat(sin, 1))
+    assert torch.equal(t.mat, ext.get_interleave_matrix(128, dtype=torch.float32))
+
+
+def test_rope_nd_flux_ids_rotation_matrix_form():
+    """FLUX: ids [L, 3] (text ids 0 -> identity); per pair the 2x2 matrix [[cos, -sin], [sin, cos]]."""
+    h, w, txt = 3, 4, 5
+    ids = torch.zeros(txt + h * w, 3)
+    ids[txt:, 1] = torch.arange(h).repeat_interleave(w).float()
+    ids[txt:, 2] = torch.arange(w).repeat(h).float()
+    t = tables.rope_nd(ids, tables.FLUX_SPLIT, dtype=F64, mat_dtype=F64)
+    x = torch.randn(1, 2, txt + h * w, 128, dtype=F64)  # BNSD
+    ang = torch.cat([ids[:, a : a + 1].double() * _inv(d, 10000.0) for a, d in enumerate(tables.FLUX_SPLIT)], -1)
+    rot = torch.stack([torch.stack([ang.cos(), -ang.sin()], -1), torch.stack([ang.sin(), ang.cos()], -1)], -2)
+    xp = x.reshape(1, 2, -1, 64, 2, 1)
+    want = (rot @ xp).reshape(x.shape)
+    out = _apply(x, t)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    assert torch.equal(out[:, :, :txt], x[:, :, :txt])
+
+
+def test_grid_positions_centered_like_qwen_image():
+    p = tables.grid_positions((1, 5, 4), center=(False, True, True))
+    assert p[:, 1].unique().tolist() == [-3, -2, -1, 0, 1]
+    assert p[:, 2].unique().tolist() == [-2, -1, 0, 1]
+    assert p.shape == (20, 3)
+
+
+def test_rope_nd_seed_3d_half_equals_seed_v1():
+    """The seed's 3D case: 44+44+40, rotate_half inside each block, against reference.rope_v1."""
+    x = torch.randn(1, 2, 24, 128)
+    t = tables.rope_nd((2, 3, 4), tables.SEED_3D_SPLIT, mode="half")
+    assert torch.equal(t.mat, reference.mode_matrix("half", tables.SEED_3D_SPLIT, dtype=torch.float32))
+    want = reference.rope_v1(x, t.sin, t.cos, "half", tables.SEED_3D_SPLIT)
+    assert torch.equal(_apply(x, t), want)
+
+
+def test_rope_mrope_sections_and_interleaved():
+    d, secs, s = 32, [4, 6, 6], 7
+    pos = torch.stack([torch.arange(s), torch.arange(s) * 2 + 1, torch.arange(s) * 3 + 2])
+    inv = _inv(d, 10000.0)
+    for interleaved in (False, True):
+        t = tables.rope_mrope(pos, d, secs, mode="half", interleaved=interleaved, dtype=F64)
+        for j in range(d // 2):
+            if interleaved:
+                a = 1 if (j % 3 == 1 and j < 3 * secs[1]) else 2 if (j % 3 == 2 and j < 3 * secs[2]) else 0
+            else:
+                a = 0 if j < secs[0] else 1 if j < secs[0] + secs[1] else 2
+            want = torch.cos(pos[a].double() * inv[j])
+            torch.testing.assert_close(t.cos[:, j], want, rtol=0, atol=1e-15)
+            torch.testing.assert_close(t.cos[:, j + d // 2], want, rtol=0, atol=1e-15)
+    # text tokens: all streams equal -> plain 1D RoPE
+    same = torch.arange(s).expand(3, s)
+    a = tables.rope_mrope(same, d, secs)
+    b = tables.rope_1d(s, d)
+    assert torch.equal(a.cos, b.cos) and torch.equal(a.sin, b.sin)
+
+
+def _yarn_golden(d, theta, factor, orig, beta_fast=32, beta_slow=1):
+    def corr(r):
+        return (d * math.log(orig / (r * 2 * math.pi))) / (2 * math.log(theta))
+
+    lo, hi = max(math.floor(corr(beta_fast)), 0), min(math.ceil(corr(beta_slow)), d - 1)
+    out = []
+    for j in range(d // 2):
+        base = theta ** (-2.0 * j / d)
+        ramp = min(max((j - lo) / (hi - lo), 0.0), 1.0)
+        out.append(base / factor * ramp + base * (1 - ramp))
+    return torch.tensor(out, dtype=F64), 0.1 * math.log(factor) + 1
+
+
+def _llama3_golden(d, theta, factor, low, high, orig):
+    out = []
+    for j in range(d // 2):
+        f = theta ** (-2.0 * j / d)
+        wl = 2 * math.pi / f
+        if wl < orig / high:
+            out.append(f)
+        elif wl > orig / low:
+            out.append(f / factor)
+        else:
+            sm = (orig / wl - low) / (high - low)
+            out.append((1 - sm) * f / factor + sm * f)
+    return torch.tensor(out, dtype=F64)
+
+
+def test_scaling_rules():
+    d, th = 128, 500000.0
+    inv, attn = tables.rope_inv_freq(d, th, {"type": "linear", "factor": 4.0})
+    torch.testing.assert_close(inv, _inv(d, th) / 4)
+    assert attn == 1.0
+    inv, _ = tables.rope_inv_freq(d, th, {"type": "ntk", "factor": 8.0})
+    torch.testing.assert_close(inv, _inv(d, th * 8.0 ** (d / (d - 2))))
+    dyn = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 1024}
+    torch.testing.assert_close(tables.rope_inv_freq(d, th, dyn, seq_len=512)[0], _inv(d, th))
+    torch.testing.assert_close(
+        tables.rope_inv_freq(d, th, dyn, seq_len=4096)[0], _inv(d, th * (2.0 * 4 - 1) ** (d / (d - 2)))
+    )
+    y = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+    inv, attn = tables.rope_inv_freq(d, th, y)
+    g_inv, g_attn = _yarn_golden(d, th, 4.0, 4096)
+    torch.testing.assert_close(inv, g_inv)
+    assert attn == pytest.approx(g_attn)
+    l3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+          "original_max_position_embeddings": 8192}
+    torch.testing.assert_close(tables.rope_inv_freq(d, th, l3)[0], _llama3_golden(d, th, 8.0, 1.0, 4.0, 8192))
+    with pytest.raises(ValueError, match="unknown scaling type"):
+        tables.rope_inv_freq(d, th, {"type": "nope"})
+
+
+def test_yarn_attention_factor_scales_tables_not_tail():
+    y = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "attention_factor": 1.5}
+    t = tables.rope_1d(16, 64, rotary_dim=32, scaling=y, dtype=F64)
+    torch.testing.assert_close(t.cos[:, :32] ** 2 + t.sin[:, :32] ** 2, torch.full((16, 32), 2.25, dtype=F64))
+    assert torch.equal(t.cos[:, 32:], torch.ones(16, 32, dtype=F64))
+
+
+def test_rotary_embedding_module_caches_and_survives_dtype_cast():
+    rope = tables.RotaryEmbedding(64, mode="half", layout="BSND")
+    a = rope.tables(10)
+    assert rope.tables(10) is a
+    assert a.cos.shape == (10, 1, 64) and a.cos.dtype == torch.float32
+    rope.to(torch.bfloat16)
+    assert rope.tables(10).cos.dtype == torch.float32
+    q = torch.randn(2, 10, 4, 64, dtype=torch.bfloat16)
+    k = torch.randn(2, 10, 1, 64, dtype=torch.bfloat16)
+    qo, ko = rope(q, k, offset=3)
+    t = tables.rope_1d(10, 64, offset=3, mode="half")
+    assert torch.equal(qo, ext.rope_matrix(q, t.mat, t.sin[:, None], t.cos[:, None]))
+    assert torch.equal(ko, ext.rope_matrix(k, t.mat, t.sin[:, None], t.cos[:, None]))
+    pos = torch.tensor([[3, 4, 5, 6, 7, 8, 9, 10, 11, 12]] * 2)
+    qp, kp = rope(q, k, positions=pos)
+    assert torch.equal(qp, qo) and torch.equal(kp, ko)
+    for i in range(12):
+        rope.tables(20 + i)
+    assert len(rope._cache) == rope.max_cached
