@@ -1,0 +1,87 @@
+#include "op_host/rope_matrix_host.h"
+
+#include <c10/util/Exception.h>
+
+#include <vector>
+
+#include "validation/rope_matrix_validate.h"
+
+namespace rope_matrix {
+
+namespace {
+
+using npu_ops_transformer_ext::shape_str;
+
+// The x dim a table varies along (aligned from the right), -1 if it is constant over every row.
+int64_t table_s_dim(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x) {
+  const int64_t off = x.dim() - t.dim();
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i + 1 < t.dim(); ++i) {
+    if (t.size(i) != 1) dims.push_back(off + i);
+  }
+  TORCH_CHECK_VALUE(dims.size() <= 1, op, " (NPU): ", name, " ", shape_str(t.sizes()), " varies along ", dims.size(),
+                    " dims of x ", shape_str(x.sizes()),
+                    "; the NPU kernel takes tables that vary along one dim (S) only: [S, D] or [1, 1, S, D] "
+                    "for BNSD, [S, 1, D] or [1, S, 1, D] for BSND");
+  return dims.empty() ? -1 : dims[0];
+}
+
+}  // namespace
+
+PreparedCall prepare_call(const char* op, const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
+                          const at::Tensor& cos) {
+  PreparedCall c;
+  const auto xt = x.scalar_type();
+  TORCH_CHECK_TYPE(xt == at::kBFloat16 || xt == at::kHalf || xt == at::kFloat, op,
+                   " (NPU): x must have dtype BFloat16, Half or Float on the NPU, got ", xt);
+  const int64_t D = x.size(-1);
+  TORCH_CHECK_VALUE(D >= kMinD, op, " (NPU): D = x.size(-1) must be >= ", kMinD, ", got ", D);
+
+  // y: the cube multiplies in x's dtype. A float y is accepted when it converts exactly (every
+  // signed permutation does); otherwise the caller must choose the rounding.
+  at::Tensor yk = y;
+  if (y.scalar_type() != xt) {
+    yk = y.to(xt);
+    TORCH_CHECK_VALUE(at::equal(yk.to(y.scalar_type()), y), op, " (NPU): y has dtype ", y.scalar_type(),
+                      " with values not exactly representable in ", xt,
+                      " (the cube multiplies in x's dtype); pass y as ", xt);
+  }
+  c.y = yk.contiguous();
+
+  const int64_t ks = table_s_dim(op, "sin", sin, x);
+  const int64_t kc = table_s_dim(op, "cos", cos, x);
+  TORCH_CHECK_VALUE(ks == kc, op, " (NPU): sin ", shape_str(sin.sizes()), " and cos ", shape_str(cos.sizes()),
+                    " vary along different dims of x ", shape_str(x.sizes()), "; give both the same shape");
+  Problem& p = c.problem;
+  p.d = static_cast<uint64_t>(D);
+  if (ks < 0) {  // one table row for every x row
+    p.s = 1;
+    p.inner = 1;
+    p.outer = static_cast<uint64_t>(x.numel() / std::max<int64_t>(D, 1));
+  } else {
+    p.s = static_cast<uint64_t>(x.size(ks));
+    uint64_t outer = 1, inner = 1;
+    for (int64_t i = 0; i < ks; ++i) outer *= static_cast<uint64_t>(x.size(i));
+    for (int64_t i = ks + 1; i + 1 < x.dim(); ++i) inner *= static_cast<uint64_t>(x.size(i));
+    p.outer = outer;
+    p.inner = inner;
+  }
+  p.xType = xt == at::kFloat ? DType::FP32 : xt == at::kHalf ? DType::FP16 : DType::BF16;
+  p.xBytes = xt == at::kFloat ? 4 : 2;
+
+  // Tables: one dtype for both (float when they differ: exact), [S, D] contiguous.
+  at::ScalarType tt = sin.scalar_type() == cos.scalar_type() ? sin.scalar_type() : at::kFloat;
+  const int64_t S = static_cast<int64_t>(p.s);
+  c.sin = sin.to(tt).reshape({-1, D}).expand({S, D}).contiguous();
+  c.cos = cos.to(tt).reshape({-1, D}).expand({S, D}).contiguous();
+  p.tableBytes = tt == at::kFloat ? 4 : 2;
+
+  // x: contiguous ([outer, S, inner, D] row-major). A strided view is copied once here.
+  c.x = x.contiguous();
+  c.empty = x.numel() == 0;
+  const char* xs = xt == at::kFloat ? "fp32" : xt == at::kHalf ? "fp16" : "bf16";
+  c.kernel = std::string("rope_matrix_") + xs + (tt == at::kFloat ? "_fp32" : (std::string("_") + xs));
+  return c;
+}
+
+}  // namespace rope_matrix

@@ -1,0 +1,123 @@
+// Host tiling for rope_matrix. See inc/rope_matrix_tiling.h for the work split it encodes.
+#include "op_host/rope_matrix_tiling.h"
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <sstream>
+
+#include "tiling/tiling_api.h"  // CANN's matmul tiling, or the twin's equivalent without CANN
+
+namespace rope_matrix {
+
+namespace {
+template <typename... A>
+[[noreturn]] void fail(const A&... a) {
+  std::ostringstream os;
+  os << "rope_matrix tiling: ";
+  (os << ... << a);
+  throw TilingError(os.str());
+}
+uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+Platform platform_for_soc(const std::string& soc) {
+  // UB: 192 KiB minus the 256-byte framework reserve, as GetCoreMemSize(UB) reports it on 910B.
+  const uint64_t ub = 196608 - 256;
+  if (soc == "Ascend910B1" || soc == "Ascend910B2") return {24, 48, ub};
+  if (soc == "Ascend910B3" || soc == "Ascend910B4") return {20, 40, ub};
+  fail("unknown SoC '", soc, "'; known: Ascend910B1, Ascend910B2, Ascend910B3, Ascend910B4");
+}
+
+uint32_t ub_bytes_per_element(uint32_t xBytes, uint32_t tableBytes) {
+  const uint32_t queues = 2 * xBytes /*x*/ + 2 * xBytes /*x@y*/ + 2 * xBytes /*out*/ + 2 * 2 * tableBytes /*cos, sin*/;
+  const uint32_t temps = 4 /*x fp32*/ + 4 /*x@y fp32*/ + (tableBytes == 4 ? 0 : 8) /*cos, sin fp32*/;
+  return queues + temps;
+}
+
+RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t maxBlockDim) {
+  const uint32_t xb = p.xType == DType::FP32 ? 4 : 2;
+  if (p.xBytes != xb) fail("xBytes = ", p.xBytes, " does not match the x dtype (", xb, " bytes)");
+  if (p.tableBytes != xb && p.tableBytes != 4) fail("table element size ", p.tableBytes, " must be ", xb, " (x's) or 4 (float)");
+  if (p.d < kMinD) fail("D = ", p.d, " is below the minimum ", kMinD);
+  if (p.s == 0 || p.outer == 0 || p.inner == 0) {
+    fail("empty problem (outer = ", p.outer, ", S = ", p.s, ", inner = ", p.inner, "): the launcher must not launch it");
+  }
+  if (plat.aicNum == 0 || plat.aivNum != 2 * plat.aicNum) {
+    fail("platform with ", plat.aicNum, " cube and ", plat.aivNum, " vector cores: the kernel needs 2 vector cores per cube core");
+  }
+  if (plat.ubBytes <= kAscReservedUb) fail("UB of ", plat.ubBytes, " bytes is smaller than the reserve ", kAscReservedUb);
+
+  RopeMatrixTiling t;
+  std::memset(&t, 0, sizeof(t));
+  t.d = static_cast<uint32_t>(p.d);
+  t.xBytes = p.xBytes;
+  t.tableBytes = p.tableBytes;
+  const uint32_t align = 32 / std::min(p.xBytes, p.tableBytes);  // 16 elements for 2-byte types, 8 for fp32
+  t.dPad = static_cast<uint32_t>(ceil_div(p.d, align) * align);
+  t.ubBudget = static_cast<uint32_t>(plat.ubBytes - kAscReservedUb);
+  const uint64_t perRow = static_cast<uint64_t>(ub_bytes_per_element(p.xBytes, p.tableBytes)) * t.dPad;
+  const uint64_t maxChunk = t.ubBudget / perRow;
+  if (maxChunk == 0) {
+    fail("D = ", p.d, " (row pitch ", t.dPad, ") needs ", perRow, " UB bytes per row, more than the UB budget of ",
+         t.ubBudget, " bytes; the largest D served with these dtypes is about ",
+         t.ubBudget / ub_bytes_per_element(p.xBytes, p.tableBytes));
+  }
+  if (p.d * p.xBytes > 2097151ull) fail("row of ", p.d * p.xBytes, " bytes exceeds DataCopyPad's 2097151-byte block");
+  const uint64_t gap = (p.inner - 1) * p.d * p.xBytes;
+  if (gap > UINT32_MAX) fail("x row gap of ", gap, " bytes (inner = ", p.inner, ") exceeds DataCopyPad's 32-bit stride");
+
+  uint64_t blocks = std::min<uint64_t>(plat.aicNum, ceil_div(p.s, 2));  // every cube core gets >= 1 row
+  if (maxBlockDim) blocks = std::min<uint64_t>(blocks, maxBlockDim);
+  t.blockDim = static_cast<uint32_t>(blocks);
+  t.outer = p.outer;
+  t.s = p.s;
+  t.inner = p.inner;
+  t.sBase = p.s / blocks;
+  t.sRem = p.s % blocks;
+  const uint64_t cubeMax = t.sBase + (t.sRem ? 1 : 0);
+  uint64_t chunk = std::min<uint64_t>({maxChunk, ceil_div(cubeMax, 2), kMaxBlockCount});
+  // The matmul of one step has M = 2 * chunk * inner rows, an int32 in TCubeTiling.
+  chunk = std::min<uint64_t>(chunk, static_cast<uint64_t>(INT32_MAX) / (2 * p.inner));
+  if (chunk == 0) fail("inner = ", p.inner, " heads per S row do not fit one matmul (M would exceed 2^31)");
+  t.chunkRows = static_cast<uint32_t>(chunk);
+  t.ubBytes = static_cast<uint32_t>(perRow * chunk);
+  t.headStride = 2 * chunk * p.inner * p.d;
+  t.slotElems = p.outer * t.headStride;
+  t.userWorkspace = static_cast<uint64_t>(t.blockDim) * kSlots * t.slotElems * p.xBytes;
+  return t;
+}
+
+std::vector<uint8_t> compute_matmul_tiling(const RopeMatrixTiling& t) {
+  using namespace matmul_tiling;
+  const DataType dt = t.xBytes == 4 ? DataType::DT_FLOAT : DataType::DT_BFLOAT16;
+  // fp16 and bf16 tile identically (same element size); the kernel's MatmulType carries the type.
+  const int64_t m = 2ll * t.chunkRows * static_cast<int64_t>(t.inner);
+  const int32_t M = static_cast<int32_t>(m), D = static_cast<int32_t>(t.d);
+  MultiCoreMatmulTiling api;
+  api.SetDim(static_cast<int32_t>(t.blockDim));
+  api.SetAType(TPosition::GM, CubeFormat::ND, dt, false);
+  api.SetBType(TPosition::GM, CubeFormat::ND, dt, false);
+  api.SetCType(TPosition::GM, CubeFormat::ND, dt);
+  api.SetBias(false);
+  api.SetOrgShape(M, D, D);
+  api.SetShape(M, D, D);
+  api.SetSingleShape(M, D, D);
+  api.SetBufferSpace(-1, -1, -1);
+  optiling::TCubeTiling cube;
+  if (api.GetTiling(cube) == -1) {
+    fail("matmul tiling failed for [", M, ", ", D, "] @ [", D, ", ", D, "] (", t.xBytes, "-byte elements)");
+  }
+  std::vector<uint8_t> bytes(cube.GetDataSize());
+  cube.SaveToBuffer(bytes.data(), bytes.size());
+  return bytes;
+}
+
+std::vector<uint8_t> pack_tiling(const RopeMatrixTiling& t, const std::vector<uint8_t>& cube) {
+  std::vector<uint8_t> out(sizeof(RopeMatrixTiling) + cube.size());
+  std::memcpy(out.data(), &t, sizeof(t));
+  std::memcpy(out.data() + sizeof(t), cube.data(), cube.size());
+  return out;
+}
+
+}  // namespace rope_matrix

@@ -1,0 +1,257 @@
+// The rope_matrix kernel, KERNEL_TYPE_MIX_AIC_1_2: out = x * cos + (x @ y) * sin.
+//
+// Cube core b: for each step, x rows (all heads) @ y -> workspace slot (step % 2), then flag READY.
+// Vector core 2b+s: for each step, wait READY, load its share of cos/sin rows once, and for every
+// head load x and x@y, compute in fp32 (Cast, Mul, Mul, Add, Cast CAST_RINT), store out; then flag
+// FREE so the cube may refill the slot. The cube runs one step ahead of the vectors (two slots), so
+// matmul and vector work overlap. Rows, steps and offsets come from inc/rope_matrix_tiling.h.
+//
+// The same source compiles with bisheng for the NPU and with g++ against twin/include.
+#pragma once
+
+#include "kernel_operator.h"
+#define ASCENDC_CUBE_ONLY  // the Matmul runs on the AIC alone; cube and vector code are split below
+#include "lib/matmul_intf.h"
+
+#include "inc/rope_matrix_tiling.h"
+
+namespace rope_matrix {
+
+// Copies a tiling struct from GM, word by word (the struct sizes are multiples of 4).
+template <typename S>
+__aicore__ inline void CopyTiling(S* dst, GM_ADDR src) {
+  AscendC::GlobalTensor<uint32_t> g;
+  g.SetGlobalBuffer((__gm__ uint32_t*)src, sizeof(S) / sizeof(uint32_t));
+  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+  for (uint32_t i = 0; i < sizeof(S) / sizeof(uint32_t); ++i) {
+    d[i] = g.GetValue(i);
+  }
+}
+
+template <typename T>
+class RopeMatrixCube {
+ public:
+  __aicore__ inline void Init(GM_ADDR x, GM_ADDR y, GM_ADDR ws, const RopeMatrixTiling& t, TCubeTiling* cube,
+                              AscendC::TPipe* pipe) {
+    t_ = t;
+    const uint64_t xElems = t.outer * t.s * t.inner * t.d;
+    xGm_.SetGlobalBuffer((__gm__ T*)x, xElems);
+    yGm_.SetGlobalBuffer((__gm__ T*)y, static_cast<uint64_t>(t.d) * t.d);
+    wsGm_.SetGlobalBuffer((__gm__ T*)ws, static_cast<uint64_t>(t.blockDim) * kSlots * t.slotElems);
+    REGIST_MATMUL_OBJ(pipe, AscendC::GetSysWorkSpacePtr(), mm_, cube);
+  }
+
+  __aicore__ inline void Process() {
+    const uint64_t b = AscendC::GetBlockIdx();
+    uint64_t sBegin, rows;
+    CubeRows(t_, b, sBegin, rows);
+    const uint64_t steps = Steps(t_, rows);
+    const uint64_t wsCore = b * kSlots * t_.slotElems;
+    const uint64_t rowElems = t_.inner * t_.d;  // elements of one S row across the inner heads
+    mm_.SetTensorB(yGm_);
+    for (uint64_t step = 0; step < steps; ++step) {
+      const uint32_t slot = static_cast<uint32_t>(step % kSlots);
+      if (step >= kSlots) {
+        // The vectors are done with what this slot held two steps ago.
+        AscendC::CrossCoreWaitFlag(kFlagFree0 + slot);
+      }
+      const uint64_t n = StepRows(t_, rows, step);
+      const uint64_t s0 = sBegin + step * 2ull * t_.chunkRows;
+      mm_.SetTail(static_cast<int>(n * t_.inner), static_cast<int>(t_.d), static_cast<int>(t_.d));
+      for (uint64_t o = 0; o < t_.outer; ++o) {
+        // Rows s0 .. s0+n of head o are contiguous in x ([outer, S, inner, D]): one product.
+        mm_.SetTensorA(xGm_[(o * t_.s + s0) * rowElems]);
+        mm_.IterateAll(wsGm_[wsCore + slot * t_.slotElems + o * t_.headStride]);
+      }
+      // FixPipe wrote the slot; raise READY once those writes are done.
+      AscendC::CrossCoreSetFlag<0x2, PIPE_FIX>(kFlagReady0 + slot);
+    }
+    // Consume the FREE signals of the last (up to two) steps so every counter ends at zero.
+    const uint64_t tail = steps < kSlots ? steps : kSlots;
+    for (uint64_t step = steps - tail; step < steps; ++step) {
+      AscendC::CrossCoreWaitFlag(kFlagFree0 + static_cast<uint32_t>(step % kSlots));
+    }
+    mm_.End();
+  }
+
+ private:
+  RopeMatrixTiling t_;
+  AscendC::GlobalTensor<T> xGm_, yGm_, wsGm_;
+  AscendC::Matmul<AscendC::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, T>,
+                  AscendC::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, T>,
+                  AscendC::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, T>>
+      mm_;
+};
+
+// T: x / y / out / workspace type; TT: sin / cos type (T or float).
+template <typename T, typename TT>
+class RopeMatrixVec {
+ public:
+  __aicore__ inline void Init(GM_ADDR x, GM_ADDR sin, GM_ADDR cos, GM_ADDR out, GM_ADDR ws, const RopeMatrixTiling& t,
+                              AscendC::TPipe* pipe) {
+    t_ = t;
+    const uint64_t xElems = t.outer * t.s * t.inner * t.d;
+    xGm_.SetGlobalBuffer((__gm__ T*)x, xElems);
+    outGm_.SetGlobalBuffer((__gm__ T*)out, xElems);
+    wsGm_.SetGlobalBuffer((__gm__ T*)ws, static_cast<uint64_t>(t.blockDim) * kSlots * t.slotElems);
+    sinGm_.SetGlobalBuffer((__gm__ TT*)sin, t.s * t.d);
+    cosGm_.SetGlobalBuffer((__gm__ TT*)cos, t.s * t.d);
+    const uint32_t tile = t.chunkRows * t.dPad;  // elements of one UB tile (row pitch dPad)
+    pipe->InitBuffer(inX_, 2, tile * sizeof(T));
+    pipe->InitBuffer(inR_, 2, tile * sizeof(T));
+    pipe->InitBuffer(inCos_, 2, tile * sizeof(TT));
+    pipe->InitBuffer(inSin_, 2, tile * sizeof(TT));
+    pipe->InitBuffer(outQ_, 2, tile * sizeof(T));
+    pipe->InitBuffer(xF_, tile * sizeof(float));
+    pipe->InitBuffer(rF_, tile * sizeof(float));
+    if constexpr (!AscendC::IsSameType<TT, float>::value) {
+      pipe->InitBuffer(cosF_, tile * sizeof(float));
+      pipe->InitBuffer(sinF_, tile * sizeof(float));
+    }
+    // UB gap (in 32-byte blocks) after each row so rows sit dPad elements apart.
+    xGapBlocks_ = (t.dPad * sizeof(T) - RoundUp32(t.d * sizeof(T))) / 32;
+    tGapBlocks_ = (t.dPad * sizeof(TT) - RoundUp32(t.d * sizeof(TT))) / 32;
+  }
+
+  __aicore__ inline void Process() {
+    const uint64_t b = AscendC::GetBlockIdx() / AscendC::GetTaskRatio();
+    const uint64_t sub = AscendC::GetSubBlockIdx();
+    uint64_t sBegin, rows;
+    CubeRows(t_, b, sBegin, rows);
+    const uint64_t steps = Steps(t_, rows);
+    const uint64_t wsCore = b * kSlots * t_.slotElems;
+    for (uint64_t step = 0; step < steps; ++step) {
+      const uint32_t slot = static_cast<uint32_t>(step % kSlots);
+      AscendC::CrossCoreWaitFlag(kFlagReady0 + slot);
+      uint64_t first, n;
+      SubRows(StepRows(t_, rows, step), sub, first, n);
+      if (n > 0) {
+        ProcessRows(sBegin + step * 2ull * t_.chunkRows + first, first, static_cast<uint32_t>(n),
+                    wsCore + slot * t_.slotElems);
+      }
+      // The last reads of this slot were MTE2 copies: FREE is raised once they completed.
+      AscendC::CrossCoreSetFlag<0x2, PIPE_MTE2>(kFlagFree0 + slot);
+    }
+  }
+
+ private:
+  __aicore__ static inline uint32_t RoundUp32(uint32_t bytes) { return (bytes + 31) / 32 * 32; }
+
+  // S rows [sRow, sRow + n) of every head; `local` is their first row inside the step's slot.
+  __aicore__ inline void ProcessRows(uint64_t sRow, uint64_t local, uint32_t n, uint64_t slotBase) {
+    const uint32_t count = n * t_.dPad;
+    // cos/sin rows: loaded once, used for all outer * inner heads.
+    AscendC::DataCopyExtParams tabCopy{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(TT)), 0,
+                                       tGapBlocks_, 0};
+    AscendC::DataCopyPadExtParams<TT> tabPad{false, 0, 0, TT{}};
+    AscendC::LocalTensor<TT> cosIn = inCos_.template AllocTensor<TT>();
+    AscendC::DataCopyPad(cosIn, cosGm_[sRow * t_.d], tabCopy, tabPad);
+    inCos_.EnQue(cosIn);
+    AscendC::LocalTensor<TT> sinIn = inSin_.template AllocTensor<TT>();
+    AscendC::DataCopyPad(sinIn, sinGm_[sRow * t_.d], tabCopy, tabPad);
+    inSin_.EnQue(sinIn);
+    AscendC::LocalTensor<TT> cosT = inCos_.template DeQue<TT>();
+    AscendC::LocalTensor<TT> sinT = inSin_.template DeQue<TT>();
+    AscendC::LocalTensor<float> cosF, sinF;
+    if constexpr (AscendC::IsSameType<TT, float>::value) {
+      cosF = cosT;
+      sinF = sinT;
+    } else {
+      cosF = cosF_.template Get<float>();
+      sinF = sinF_.template Get<float>();
+      AscendC::Cast(cosF, cosT, AscendC::RoundMode::CAST_NONE, count);
+      AscendC::Cast(sinF, sinT, AscendC::RoundMode::CAST_NONE, count);
+    }
+
+    const uint64_t rowElems = t_.inner * t_.d;
+    for (uint64_t o = 0; o < t_.outer; ++o) {
+      for (uint64_t i = 0; i < t_.inner; ++i) {
+        const uint64_t xOff = (o * t_.s + sRow) * rowElems + i * t_.d;
+        const uint64_t wOff = slotBase + o * t_.headStride + local * rowElems + i * t_.d;
+        CopyIn(xOff, wOff, n);
+        Compute(cosF, sinF, count);
+        CopyOut(xOff, n);
+      }
+    }
+    inCos_.FreeTensor(cosT);
+    inSin_.FreeTensor(sinT);
+  }
+
+  // n rows of D elements, rows `inner * D` apart in GM (x and workspace share the layout).
+  __aicore__ inline void CopyIn(uint64_t xOff, uint64_t wOff, uint32_t n) {
+    AscendC::DataCopyExtParams p{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(T)),
+                                 static_cast<uint32_t>((t_.inner - 1) * t_.d * sizeof(T)), xGapBlocks_, 0};
+    AscendC::DataCopyPadExtParams<T> pad{false, 0, 0, T{}};
+    AscendC::LocalTensor<T> xIn = inX_.template AllocTensor<T>();
+    AscendC::DataCopyPad(xIn, xGm_[xOff], p, pad);
+    inX_.EnQue(xIn);
+    AscendC::LocalTensor<T> rIn = inR_.template AllocTensor<T>();
+    AscendC::DataCopyPad(rIn, wsGm_[wOff], p, pad);
+    inR_.EnQue(rIn);
+  }
+
+  // out = x * cos + (x @ y) * sin in fp32, one rounding (CAST_RINT) to T.
+  __aicore__ inline void Compute(const AscendC::LocalTensor<float>& cosF, const AscendC::LocalTensor<float>& sinF,
+                                 uint32_t count) {
+    AscendC::LocalTensor<T> xIn = inX_.template DeQue<T>();
+    AscendC::LocalTensor<T> rIn = inR_.template DeQue<T>();
+    AscendC::LocalTensor<T> outT = outQ_.template AllocTensor<T>();
+    AscendC::LocalTensor<float> xF = xF_.template Get<float>();
+    AscendC::LocalTensor<float> rF = rF_.template Get<float>();
+    if constexpr (AscendC::IsSameType<T, float>::value) {
+      AscendC::Mul(xF, xIn, cosF, count);
+      AscendC::Mul(rF, rIn, sinF, count);
+      AscendC::Add(outT, xF, rF, count);
+    } else {
+      AscendC::Cast(xF, xIn, AscendC::RoundMode::CAST_NONE, count);
+      AscendC::Cast(rF, rIn, AscendC::RoundMode::CAST_NONE, count);
+      AscendC::Mul(xF, xF, cosF, count);
+      AscendC::Mul(rF, rF, sinF, count);
+      AscendC::Add(xF, xF, rF, count);
+      AscendC::Cast(outT, xF, AscendC::RoundMode::CAST_RINT, count);
+    }
+    inX_.FreeTensor(xIn);
+    inR_.FreeTensor(rIn);
+    outQ_.EnQue(outT);
+  }
+
+  __aicore__ inline void CopyOut(uint64_t xOff, uint32_t n) {
+    AscendC::LocalTensor<T> outT = outQ_.template DeQue<T>();
+    AscendC::DataCopyExtParams p{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(T)), xGapBlocks_,
+                                 static_cast<uint32_t>((t_.inner - 1) * t_.d * sizeof(T)), 0};
+    AscendC::DataCopyPad(outGm_[xOff], outT, p);
+    outQ_.FreeTensor(outT);
+  }
+
+  RopeMatrixTiling t_;
+  uint32_t xGapBlocks_ = 0, tGapBlocks_ = 0;
+  AscendC::GlobalTensor<T> xGm_, outGm_, wsGm_;
+  AscendC::GlobalTensor<TT> sinGm_, cosGm_;
+  AscendC::TQue<AscendC::TPosition::VECIN, 1> inX_, inR_, inCos_, inSin_;
+  AscendC::TQue<AscendC::TPosition::VECOUT, 1> outQ_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> xF_, rF_, cosF_, sinF_;
+};
+
+// The body every entry point shares.
+template <typename T, typename TT>
+__aicore__ inline void RopeMatrixKernel(GM_ADDR x, GM_ADDR y, GM_ADDR sin, GM_ADDR cos, GM_ADDR out, GM_ADDR workspace,
+                                        GM_ADDR tiling) {
+  RopeMatrixTiling t;
+  CopyTiling(&t, tiling);
+  GM_ADDR userWs = AscendC::GetUserWorkspace(workspace);
+  AscendC::TPipe pipe;
+  if ASCEND_IS_AIC {
+    TCubeTiling cube;
+    CopyTiling(&cube, tiling + sizeof(RopeMatrixTiling));
+    RopeMatrixCube<T> op;
+    op.Init(x, y, userWs, t, &cube, &pipe);
+    op.Process();
+  }
+  if ASCEND_IS_AIV {
+    RopeMatrixVec<T, TT> op;
+    op.Init(x, sin, cos, out, userWs, t, &pipe);
+    op.Process();
+  }
+}
+
+}  // namespace rope_matrix

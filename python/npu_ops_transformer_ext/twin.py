@@ -1,0 +1,107 @@
+"""The CPU twin of the rope_matrix Ascend C kernel.
+
+The kernel source in ``op_kernel/`` is compiled with the host C++ compiler against the project's
+own implementation of the Ascend C API subset it uses, and runs here with one thread per simulated
+core (``blockDim`` cube cores and ``2*blockDim`` vector cores, numbered as the hardware numbers
+them). The host side is the NPU launcher's own: the shared validator, the NPU limit checks, the
+pure tiling function and the matmul tiling. So a twin run checks the kernel, the tiling and the
+launcher together, without an NPU.
+
+Where the hardware would misbehave or silently do something else (a GM access out of bounds, UB
+over budget, a misaligned DataCopy, vector work on a cube core, an illegal Cast mode, queue
+misuse, a flag counter overflow, a deadlock, ...) the twin stops with :class:`TwinError`, naming
+the core, the rule and the values.
+
+    from npu_ops_transformer_ext import twin
+    out, report = twin.run(x, y, sin, cos, soc="Ascend910B3")
+
+Importing this module needs the compiled ``_twin`` extension (built by the normal build);
+``import npu_ops_transformer_ext`` does not.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from . import _twin
+
+__all__ = ["run", "tiling", "TwinError", "SOCS"]
+
+#: SoCs whose core counts the twin knows (cube cores, vector cores).
+SOCS = {"Ascend910B1": (24, 48), "Ascend910B2": (24, 48), "Ascend910B3": (20, 40), "Ascend910B4": (20, 40)}
+
+
+class TwinError(RuntimeError):
+    """A rule the kernel broke on the twin.
+
+    Attributes:
+        rule: short stable identifier of the rule (e.g. ``"gm-out-of-bounds"``, ``"deadlock"``).
+        core: the simulated core, ``"AIC_<b>"`` or ``"AIV_<2b+s>"`` (``"all cores"`` for a deadlock).
+    """
+
+    def __init__(self, message: str, rule: str, core: str):
+        super().__init__(message)
+        self.rule = rule
+        self.core = core
+
+
+def run(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    sin: torch.Tensor,
+    cos: torch.Tensor,
+    *,
+    soc: str = "Ascend910B3",
+    max_block_dim: int = 0,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Runs ``rope_matrix(x, y, sin, cos)`` on the CPU twin of the NPU kernel.
+
+    Shapes and dtypes as for ``rope_matrix`` within the NPU kernel's limits: x bfloat16, float16 or
+    float32 with D >= 16; y ``[D, D]`` (x's dtype, or float32 when exactly representable); sin and
+    cos varying along one dim of x only (``[S, D]``, ``[1, 1, S, D]`` for BNSD; ``[S, 1, D]``,
+    ``[1, S, 1, D]`` for BSND), x's dtype or float32. All tensors on the CPU.
+
+    Args:
+        soc: the SoC whose core counts the tiling uses (see ``SOCS``).
+        max_block_dim: cap on the AI Cores used (0 = as many as the tiling wants).
+
+    Returns:
+        ``(out, report)``. ``report`` holds ``soc``, ``block_dim``, ``kernel``, ``tiling`` (every
+        field of the tiling struct), ``workspace_bytes``, ``out_write_count_min/max`` (how often
+        each output byte was written: 1/1 when every row is covered exactly once) and ``cores``:
+        per simulated core ``name``, ``type``, ``block``, ``sub``, ``gm_read``/``gm_write`` (bytes
+        per tensor), ``gm_read_bytes``/``gm_write_bytes``, ``ub_peak_bytes``, ``flags_set``,
+        ``flags_waited`` and ``rows`` (x rows multiplied by a cube core / written by a vector core).
+
+    Raises:
+        TwinError: the kernel broke a hardware rule (see the exception's ``rule`` and ``core``).
+        ValueError, TypeError: invalid inputs, with the same messages as the NPU launcher.
+    """
+    return _run(x, y, sin, cos, soc=soc, max_block_dim=max_block_dim)
+
+
+def tiling(
+    outer: int,
+    s: int,
+    inner: int,
+    d: int,
+    *,
+    x_dtype: str = "bfloat16",
+    table_dtype: str = "bfloat16",
+    soc: str = "Ascend910B3",
+    max_block_dim: int = 0,
+) -> dict[str, Any]:
+    """The host tiling for x viewed as ``[outer, S, inner, D]`` (a dict of every field, plus the
+    platform's core counts, the workspace size and the matmul tiling under ``"cube"``).
+    Raises ValueError with the numbers when no tiling can serve the shape."""
+    return _twin.tiling(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim)
+
+
+def _run(x, y, sin, cos, *, soc, max_block_dim=0, variant="", tiling_patch=None, op_limit=0):
+    # variant / tiling_patch / op_limit exist for the twin's own violation tests only.
+    r = _twin.run(x, y, sin, cos, soc, max_block_dim, variant, tiling_patch or {}, op_limit)
+    if "error" in r:
+        e = r["error"]
+        raise TwinError(e["message"], e["rule"], e["core"])
+    return r["out"], r["report"]

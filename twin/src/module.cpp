@@ -1,0 +1,279 @@
+// npu_ops_transformer_ext._twin: runs the Ascend C kernel source on the CPU twin with the very
+// host code the NPU launcher uses (shared validator, prepare_call, compute_tiling, matmul tiling).
+// Python entry: npu_ops_transformer_ext.twin (run, tiling, TwinError).
+#include <torch/csrc/utils/pybind.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+
+#include "kernel_tiling/kernel_tiling.h"
+#include "op_host/rope_matrix_host.h"
+#include "op_host/rope_matrix_tiling.h"
+#include "op_kernel/rope_matrix_kernel_entries.h"
+#include "twin/core.h"
+#include "validation/rope_matrix_validate.h"
+
+namespace py = pybind11;
+
+using KernelFn = void (*)(uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*);
+
+#define TEST_ONLY(name) extern "C" void name(uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*, uint8_t*);
+TEST_ONLY(test_only_vector_op_on_cube)
+TEST_ONLY(test_only_datacopy_unaligned_length)
+TEST_ONLY(test_only_ub_unaligned_address)
+TEST_ONLY(test_only_cast_none_to_bf16)
+TEST_ONLY(test_only_deque_empty)
+TEST_ONLY(test_only_alloc_past_depth)
+TEST_ONLY(test_only_use_after_free)
+TEST_ONLY(test_only_flag_overflow)
+TEST_ONLY(test_only_deadlock)
+TEST_ONLY(test_only_flag_unbalanced)
+#undef TEST_ONLY
+
+namespace {
+
+const std::map<std::string, KernelFn>& kernels() {
+  static const std::map<std::string, KernelFn> k = {
+      {"rope_matrix_bf16_bf16", rope_matrix_bf16_bf16},
+      {"rope_matrix_bf16_fp32", rope_matrix_bf16_fp32},
+      {"rope_matrix_fp16_fp16", rope_matrix_fp16_fp16},
+      {"rope_matrix_fp16_fp32", rope_matrix_fp16_fp32},
+      {"rope_matrix_fp32_fp32", rope_matrix_fp32_fp32},
+  };
+  return k;
+}
+
+// TEST-ONLY broken kernels (twin/test_kernels/broken_kernels.cpp).
+const std::map<std::string, KernelFn>& test_only_kernels() {
+  static const std::map<std::string, KernelFn> k = {
+      {"test_only_vector_op_on_cube", test_only_vector_op_on_cube},
+      {"test_only_datacopy_unaligned_length", test_only_datacopy_unaligned_length},
+      {"test_only_ub_unaligned_address", test_only_ub_unaligned_address},
+      {"test_only_cast_none_to_bf16", test_only_cast_none_to_bf16},
+      {"test_only_deque_empty", test_only_deque_empty},
+      {"test_only_alloc_past_depth", test_only_alloc_past_depth},
+      {"test_only_use_after_free", test_only_use_after_free},
+      {"test_only_flag_overflow", test_only_flag_overflow},
+      {"test_only_deadlock", test_only_deadlock},
+      {"test_only_flag_unbalanced", test_only_flag_unbalanced},
+  };
+  return k;
+}
+
+#define TILING_FIELDS(X)                                                                                   \
+  X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(outer) X(s) X(inner) \
+      X(sBase) X(sRem) X(headStride) X(slotElems) X(userWorkspace)
+
+py::dict tiling_dict(const rope_matrix::RopeMatrixTiling& t) {
+  py::dict d;
+#define X(f) d[#f] = t.f;
+  TILING_FIELDS(X)
+#undef X
+  return d;
+}
+
+// TEST-ONLY: overwrite tiling fields by name (to build the broken tilings of the violation tests).
+void patch_tiling(rope_matrix::RopeMatrixTiling& t, const py::dict& patch) {
+  for (auto item : patch) {
+    const std::string k = py::cast<std::string>(item.first);
+    const uint64_t v = py::cast<uint64_t>(item.second);
+    bool found = false;
+#define X(f)                                   \
+  if (k == #f) {                               \
+    t.f = static_cast<decltype(t.f)>(v);       \
+    found = true;                              \
+  }
+    TILING_FIELDS(X)
+#undef X
+    if (!found) throw py::key_error("unknown tiling field '" + k + "'");
+  }
+}
+
+rope_matrix::Problem problem_from(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, const std::string& x_dtype,
+                                  const std::string& table_dtype) {
+  rope_matrix::Problem p;
+  p.outer = outer;
+  p.s = s;
+  p.inner = inner;
+  p.d = d;
+  if (x_dtype == "bfloat16") p.xType = rope_matrix::DType::BF16;
+  else if (x_dtype == "float16") p.xType = rope_matrix::DType::FP16;
+  else if (x_dtype == "float32") p.xType = rope_matrix::DType::FP32;
+  else throw py::value_error("x_dtype must be bfloat16, float16 or float32, got " + x_dtype);
+  p.xBytes = p.xType == rope_matrix::DType::FP32 ? 4 : 2;
+  p.tableBytes = table_dtype == "float32" ? 4 : p.xBytes;
+  return p;
+}
+
+template <typename F>
+auto host_call(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const rope_matrix::TilingError& e) {
+    throw py::value_error(e.what());
+  }
+}
+
+py::dict tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, const std::string& x_dtype,
+                   const std::string& table_dtype, const std::string& soc, uint32_t max_block_dim) {
+  return host_call([&] {
+    const auto p = problem_from(outer, s, inner, d, x_dtype, table_dtype);
+    const auto plat = rope_matrix::platform_for_soc(soc);
+    const auto t = rope_matrix::compute_tiling(p, plat, max_block_dim);
+    const auto cube = rope_matrix::compute_matmul_tiling(t);
+    py::dict r = tiling_dict(t);
+    r["aicNum"] = plat.aicNum;
+    r["aivNum"] = plat.aivNum;
+    r["workspaceBytes"] = rope_matrix::workspace_bytes(t);
+    TCubeTiling ct;
+    std::memcpy(&ct, cube.data(), std::min(sizeof(ct), cube.size()));
+    py::dict c;
+    c["M"] = ct.M; c["N"] = ct.N; c["Ka"] = ct.Ka; c["singleCoreM"] = ct.singleCoreM;
+    c["baseM"] = ct.baseM; c["baseN"] = ct.baseN; c["baseK"] = ct.baseK;
+    c["dbL0A"] = ct.dbL0A; c["dbL0B"] = ct.dbL0B; c["dbL0C"] = ct.dbL0C;
+    c["depthA1"] = ct.depthA1; c["depthB1"] = ct.depthB1;
+    r["cube"] = c;
+    return r;
+  });
+}
+
+// Runs one launch. Returns {"out": Tensor, "report": dict} or {"error": {...}} on a violation.
+py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin, const at::Tensor& cos,
+                const std::string& soc, uint32_t max_block_dim, const std::string& variant, const py::dict& patch,
+                uint64_t op_limit) {
+  npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x, y, sin, cos);
+  TORCH_CHECK_VALUE(x.device().is_cpu(), "twin.run: tensors must be on the CPU, got ", x.device());
+  rope_matrix::PreparedCall c = rope_matrix::prepare_call("rope_matrix", x, y, sin, cos);
+  at::Tensor out = at::empty(c.x.sizes(), c.x.options());
+  py::dict result;
+  if (c.empty) {
+    result["out"] = out.view(x.sizes());
+    result["report"] = py::dict();
+    return result;
+  }
+  const auto plat = host_call([&] { return rope_matrix::platform_for_soc(soc); });
+  rope_matrix::RopeMatrixTiling t = host_call([&] { return rope_matrix::compute_tiling(c.problem, plat, max_block_dim); });
+  if (patch.size()) patch_tiling(t, patch);
+  const auto cube = host_call([&] { return rope_matrix::compute_matmul_tiling(t); });
+  std::vector<uint8_t> packed = rope_matrix::pack_tiling(t, cube);
+
+  KernelFn fn = nullptr;
+  if (variant.empty()) {
+    fn = kernels().at(c.kernel);
+  } else {
+    auto it = test_only_kernels().find(variant);
+    if (it == test_only_kernels().end()) throw py::value_error("unknown test-only variant '" + variant + "'");
+    fn = it->second;
+  }
+
+  // Workspace: system part + user part, filled with 0xFF (bf16/fp16 NaN) so that reading a slot
+  // before the cube wrote it shows up as NaN in the output.
+  const uint64_t ws_bytes = rope_matrix::workspace_bytes(t);
+  std::unique_ptr<uint8_t[]> ws(new uint8_t[ws_bytes]);
+  std::memset(ws.get() + rope_matrix::kSysWorkspace, 0xff, ws_bytes - rope_matrix::kSysWorkspace);
+
+  auto bytes = [](const at::Tensor& a) { return static_cast<uint64_t>(a.numel()) * a.element_size(); };
+  auto ptr = [](const at::Tensor& a) { return static_cast<uint8_t*>(a.data_ptr()); };
+
+  py::dict err;
+  std::vector<twin::CoreStats> stats;
+  int out_region = -1;
+  std::vector<uint8_t> coverage_minmax(2, 0);
+  {
+    py::gil_scoped_release nogil;
+    try {
+      twin::Launch L(twin::KernelKind::MIX_AIC_1_2, static_cast<int>(t.blockDim), static_cast<int>(plat.aicNum));
+      L.add_region("x", ptr(c.x), bytes(c.x));
+      L.add_region("y", ptr(c.y), bytes(c.y));
+      L.add_region("sin", ptr(c.sin), bytes(c.sin));
+      L.add_region("cos", ptr(c.cos), bytes(c.cos));
+      out_region = L.add_region("out", ptr(out), bytes(out), true);
+      L.add_region("workspace", ws.get(), ws_bytes);
+      L.add_region("tiling", packed.data(), packed.size());
+      L.set_workspace(ws.get(), ws_bytes);
+      if (op_limit) L.set_op_limit(op_limit);
+      L.run([&] { fn(ptr(c.x), ptr(c.y), ptr(c.sin), ptr(c.cos), ptr(out), ws.get(), packed.data()); });
+      stats = L.stats();
+      const auto& r = L.region(out_region);
+      uint8_t lo = 255, hi = 0;
+      for (uint64_t i = 0; i < r.bytes; ++i) {
+        const uint8_t v = r.write_count[i].load(std::memory_order_relaxed);
+        lo = std::min(lo, v);
+        hi = std::max(hi, v);
+      }
+      coverage_minmax = {lo, hi};
+    } catch (const twin::Violation& v) {
+      py::gil_scoped_acquire g;
+      err["rule"] = v.rule;
+      err["core"] = v.core;
+      err["message"] = std::string(v.what());
+    }
+  }
+  if (err.size()) {
+    result["error"] = err;
+    return result;
+  }
+  const uint64_t row_bytes = t.d * t.xBytes;
+  py::list cores;
+  for (const auto& s : stats) {
+    py::dict d;
+    d["name"] = s.name;
+    d["type"] = s.type == twin::CoreType::AIC ? "AIC" : "AIV";
+    d["block"] = s.block;
+    d["sub"] = s.sub;
+    py::dict rd, wr;
+    uint64_t tr = 0, tw = 0;
+    for (const auto& [name, g] : s.gm) {
+      if (g.read) rd[py::str(name)] = g.read;
+      if (g.write) wr[py::str(name)] = g.write;
+      tr += g.read;
+      tw += g.write;
+    }
+    d["gm_read"] = rd;
+    d["gm_write"] = wr;
+    d["gm_read_bytes"] = tr;
+    d["gm_write_bytes"] = tw;
+    d["ub_peak_bytes"] = s.ub_peak;
+    d["flags_set"] = s.flags_set;
+    d["flags_waited"] = s.flags_waited;
+    // x rows (of D elements) the core handled: multiplied (cube) or written to out (vector).
+    auto it = s.gm.find(s.type == twin::CoreType::AIC ? "x" : "out");
+    const uint64_t b = it == s.gm.end() ? 0 : (s.type == twin::CoreType::AIC ? it->second.read : it->second.write);
+    d["rows"] = b / row_bytes;
+    cores.append(d);
+  }
+  py::dict report;
+  report["soc"] = soc;
+  report["block_dim"] = t.blockDim;
+  report["kernel"] = variant.empty() ? c.kernel : variant;
+  report["tiling"] = tiling_dict(t);
+  report["workspace_bytes"] = ws_bytes;
+  report["cores"] = cores;
+  report["out_write_count_min"] = coverage_minmax[0];
+  report["out_write_count_max"] = coverage_minmax[1];
+  result["out"] = out.view(x.sizes());
+  result["report"] = report;
+  return result;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_twin, m) {
+  m.doc() = "CPU twin of the rope_matrix Ascend C kernel (see npu_ops_transformer_ext.twin)";
+  m.def("run", &run_py, py::arg("x"), py::arg("y"), py::arg("sin"), py::arg("cos"), py::arg("soc"),
+        py::arg("max_block_dim") = 0, py::arg("variant") = "", py::arg("tiling_patch") = py::dict(),
+        py::arg("op_limit") = 0);
+  m.def("tiling", &tiling_py, py::arg("outer"), py::arg("s"), py::arg("inner"), py::arg("d"),
+        py::arg("x_dtype") = "bfloat16", py::arg("table_dtype") = "bfloat16", py::arg("soc") = "Ascend910B3",
+        py::arg("max_block_dim") = 0);
+  m.def("ub_bytes_per_element", &rope_matrix::ub_bytes_per_element);
+  m.def("test_only_variants", [] {
+    py::list l;
+    for (const auto& [k, v] : test_only_kernels()) l.append(k);
+    return l;
+  });
+  m.attr("UB_USABLE_BYTES") = twin::kUbUsableBytes;
+  m.attr("SYS_WORKSPACE_BYTES") = rope_matrix::kSysWorkspace;
+}

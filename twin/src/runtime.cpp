@@ -1,0 +1,328 @@
+// The twin's runtime: threads per simulated core, cross-core flag semaphores with the hardware's
+// mode semantics, deadlock detection, GM traffic accounting.
+#include "twin/core.h"
+
+#include <algorithm>
+#include <thread>
+
+namespace twin {
+
+namespace {
+thread_local CoreCtx* t_core = nullptr;
+thread_local Launch* t_launch = nullptr;
+
+const char* kind_name(KernelKind k) {
+  switch (k) {
+    case KernelKind::AIV_ONLY: return "KERNEL_TYPE_AIV_ONLY";
+    case KernelKind::AIC_ONLY: return "KERNEL_TYPE_AIC_ONLY";
+    case KernelKind::MIX_AIV_1_0: return "KERNEL_TYPE_MIX_AIV_1_0";
+    case KernelKind::MIX_AIC_1_0: return "KERNEL_TYPE_MIX_AIC_1_0";
+    case KernelKind::MIX_AIC_1_1: return "KERNEL_TYPE_MIX_AIC_1_1";
+    case KernelKind::MIX_AIC_1_2: return "KERNEL_TYPE_MIX_AIC_1_2";
+  }
+  return "?";
+}
+}  // namespace
+
+bool in_kernel() { return t_core != nullptr; }
+
+CoreCtx& core() {
+  if (!t_core) throw Violation("host", "not-in-kernel", "a kernel API was called outside a twin launch");
+  return *t_core;
+}
+
+Launch& launch() {
+  if (!t_launch) throw Violation("host", "not-in-kernel", "a kernel API was called outside a twin launch");
+  return *t_launch;
+}
+
+void fail(const std::string& rule, const std::string& detail) {
+  throw Violation(t_core ? t_core->name : std::string("host"), rule, detail);
+}
+
+void tick() {
+  Launch& l = launch();
+  if (l.aborted.load(std::memory_order_relaxed)) throw Abort();
+  CoreCtx& c = *t_core;
+  if (++c.stats->ops > l.op_limit()) {
+    fail("runaway", str("more than ", l.op_limit(),
+                        " API calls on one core: the kernel loops (far) more than any tiling asks for"));
+  }
+}
+
+Launch::Launch(KernelKind kind, int block_dim, int max_aic) : kind_(kind), block_dim_(block_dim) {
+  if (block_dim <= 0 || block_dim > max_aic) {
+    throw Violation("host", "block-dim",
+                    str("blockDim = ", block_dim, " must be in [1, ", max_aic,
+                        "] (AI Cores of this SoC); more blocks than cores would serialise and "
+                        "cross-core waits could deadlock"));
+  }
+}
+
+Launch::~Launch() = default;
+
+int Launch::add_region(const std::string& name, void* base, uint64_t bytes, bool track_writes) {
+  auto r = std::make_unique<GmRegion>();
+  r->name = name;
+  r->base = static_cast<uint8_t*>(base);
+  r->bytes = bytes;
+  r->track_writes = track_writes;
+  if (track_writes) {
+    r->write_count.reset(new std::atomic<uint8_t>[bytes]);
+    for (uint64_t i = 0; i < bytes; ++i) r->write_count[i].store(0, std::memory_order_relaxed);
+  }
+  regions_.push_back(std::move(r));
+  return static_cast<int>(regions_.size()) - 1;
+}
+
+int Launch::find_region(const void* p) const {
+  auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    const auto& r = *regions_[i];
+    if (b >= r.base && b < r.base + r.bytes) return static_cast<int>(i);
+  }
+  // A zero-size tensor still has a base pointer; accept an exact match of an empty region.
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    if (regions_[i]->bytes == 0 && regions_[i]->base == b) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void Launch::record_gm(int region, bool write, uint64_t off, uint64_t bytes) {
+  CoreCtx& c = core();
+  GmRegion& r = *regions_[region];
+  auto& t = c.stats->gm[r.name];
+  (write ? t.write : t.read) += bytes;
+  if (write && r.track_writes) {
+    for (uint64_t i = off; i < off + bytes; ++i) {
+      uint8_t v = r.write_count[i].load(std::memory_order_relaxed);
+      if (v < 255) r.write_count[i].store(v + 1, std::memory_order_relaxed);
+    }
+  }
+}
+
+void Launch::record_violation(const Violation& v) {
+  std::lock_guard<std::mutex> g(mu_);
+  if (!first_) first_ = std::make_unique<Violation>(v);
+  aborted = true;
+  cv_.notify_all();
+}
+
+void Launch::run(const std::function<void()>& body) {
+  const int B = block_dim_;
+  struct Spec {
+    CoreType type;
+    int block, sub;
+  };
+  std::vector<Spec> specs;
+  const bool has_aic = kind_ != KernelKind::AIV_ONLY && kind_ != KernelKind::MIX_AIV_1_0;
+  const int aiv_per_block = kind_ == KernelKind::MIX_AIC_1_2 ? 2
+                            : (kind_ == KernelKind::MIX_AIC_1_1 || kind_ == KernelKind::AIV_ONLY ||
+                               kind_ == KernelKind::MIX_AIV_1_0)
+                                ? 1
+                                : 0;
+  for (int b = 0; b < B; ++b) {
+    if (has_aic) specs.push_back({CoreType::AIC, b, 0});
+    for (int s = 0; s < aiv_per_block; ++s) specs.push_back({CoreType::AIV, b, s});
+  }
+  counters_.assign(3 * B, {});
+  arrivals_.assign(2 * B + 2, {});
+  waiting_on_.assign(3 * B, -1);
+  stats_.assign(specs.size(), {});
+  std::vector<std::unique_ptr<CoreCtx>> ctxs;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto c = std::make_unique<CoreCtx>();
+    c->type = specs[i].type;
+    c->block = specs[i].block;
+    c->sub = specs[i].sub;
+    if (c->type == CoreType::AIC) {
+      c->name = str("AIC_", c->block);
+      c->slot = 2 * B + c->block;
+    } else {
+      c->name = str("AIV_", c->block * aiv_per_block + c->sub);
+      c->slot = 2 * c->block + c->sub;
+      c->ub.assign(kUbTotalBytes, 0xA5);  // stale-looking UB content
+    }
+    stats_[i].name = c->name;
+    stats_[i].type = c->type;
+    stats_[i].block = c->block;
+    stats_[i].sub = c->sub;
+    c->stats = &stats_[i];
+    ctxs_.push_back(c.get());
+    ctxs.push_back(std::move(c));
+  }
+  live_ = static_cast<int>(specs.size());
+  waiting_ = 0;
+  std::vector<std::thread> threads;
+  threads.reserve(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    threads.emplace_back([this, &body, c = ctxs[i].get()] {
+      t_core = c;
+      t_launch = this;
+      try {
+        body();
+      } catch (const Violation& v) {
+        record_violation(v);
+      } catch (const Abort&) {
+      } catch (const std::exception& e) {
+        record_violation(Violation(c->name, "exception", e.what()));
+      }
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        --live_;
+        if (!aborted) check_deadlock_locked();
+        cv_.notify_all();
+      }
+      t_core = nullptr;
+      t_launch = nullptr;
+    });
+  }
+  for (auto& t : threads) t.join();
+  ctxs_.clear();
+  if (first_) throw *first_;
+  finish_checks();
+}
+
+// Every core still alive is blocked in a cross-core wait: nothing can ever set a flag again.
+void Launch::check_deadlock_locked() {
+  if (live_ > 0 && waiting_ == live_ && !aborted) {
+    // A waiter whose counter is already non-zero has been signalled and will run again.
+    for (size_t slot = 0; slot < waiting_on_.size(); ++slot) {
+      if (waiting_on_[slot] >= 0 && counters_[slot][waiting_on_[slot]] > 0) return;
+    }
+    Violation v("all cores", "deadlock", deadlock_report_locked());
+    if (!first_) first_ = std::make_unique<Violation>(v);
+    aborted = true;
+    cv_.notify_all();
+  }
+}
+
+std::string Launch::deadlock_report_locked() {
+  std::ostringstream os;
+  os << "every live core waits on a cross-core flag that no running core can set; waiting:";
+  const int B = block_dim_;
+  for (int slot = 0; slot < 3 * B; ++slot) {
+    if (waiting_on_[slot] < 0) continue;
+    std::string name = slot < 2 * B ? str("AIV_", slot) : str("AIC_", slot - 2 * B);
+    os << " " << name << " on flag " << waiting_on_[slot] << " (counter "
+       << counters_[slot][waiting_on_[slot]] << ");";
+  }
+  os << " finished cores: " << (static_cast<int>(stats_.size()) - live_);
+  return os.str();
+}
+
+void Launch::cross_set(int mode, int flag) {
+  CoreCtx& c = core();
+  tick();
+  if (kind_ == KernelKind::AIC_ONLY || kind_ == KernelKind::AIV_ONLY) {
+    fail("crosscore-kernel-type", str("CrossCoreSetFlag in a ", kind_name(kind_),
+                                      " kernel: cross-core flags need a MIX kernel type"));
+  }
+  if (mode < 0 || mode > 2) fail("flag-mode", str("CrossCoreSetFlag mode ", mode, " is not 0, 1 or 2 on A2"));
+  if (flag < 0 || flag >= static_cast<int>(kFlagIds)) {
+    fail("flag-id", str("CrossCoreSetFlag flagId ", flag, " is outside 0..15 (hardware keeps only 4 bits)"));
+  }
+  if (flag >= 11 && flag <= 14) {
+    fail("flag-id", str("CrossCoreSetFlag flagId ", flag, " is reserved for SyncAll (11..14)"));
+  }
+  if ((mode == 1 || mode == 2) && kind_ != KernelKind::MIX_AIC_1_1 && kind_ != KernelKind::MIX_AIC_1_2) {
+    fail("crosscore-kernel-type", str("CrossCoreSetFlag mode ", mode, " needs KERNEL_TYPE_MIX_AIC_1_1/1_2, kernel is ",
+                                      kind_name(kind_)));
+  }
+  if (mode == 1 && c.type != CoreType::AIV) fail("flag-mode", "CrossCoreSetFlag mode 1 (AIV pair) called on a cube core");
+  std::lock_guard<std::mutex> g(mu_);
+  if (aborted) throw Abort();
+  c.stats->flags_set++;
+  const int B = block_dim_;
+  auto bump = [&](int slot) {
+    int& v = counters_[slot][flag];
+    if (v + 1 > static_cast<int>(kFlagCounterMax)) {
+      std::string target = slot < 2 * B ? str("AIV_", slot) : str("AIC_", slot - 2 * B);
+      fail("flag-counter-overflow", str("flag ", flag, " counter of ", target, " would exceed ", kFlagCounterMax,
+                                        " (", v, " pending sets without a wait)"));
+    }
+    ++v;
+  };
+  const bool pair = kind_ == KernelKind::MIX_AIC_1_2;
+  if (mode == 2) {
+    if (c.type == CoreType::AIC) {
+      bump(2 * c.block);
+      if (pair) bump(2 * c.block + 1);
+    } else {
+      int& a = arrivals_[c.block][flag];
+      if (++a == (pair ? 2 : 1)) {
+        a = 0;
+        bump(2 * B + c.block);
+      }
+    }
+  } else if (mode == 1) {
+    int& a = arrivals_[B + c.block][flag];
+    if (++a == (pair ? 2 : 1)) {
+      a = 0;
+      bump(2 * c.block);
+      if (pair) bump(2 * c.block + 1);
+    }
+  } else {  // mode 0: every core of this type of the launch
+    const bool aic = c.type == CoreType::AIC;
+    int& a = arrivals_[2 * B + (aic ? 0 : 1)][flag];
+    const int n = aic ? B : B * (pair ? 2 : 1);
+    if (++a == n) {
+      a = 0;
+      for (auto* other : ctxs_) {
+        if (other->type == c.type) bump(other->slot);
+      }
+    }
+  }
+  cv_.notify_all();
+}
+
+void Launch::cross_wait(int flag) {
+  CoreCtx& c = core();
+  tick();
+  if (kind_ == KernelKind::AIC_ONLY || kind_ == KernelKind::AIV_ONLY) {
+    fail("crosscore-kernel-type", str("CrossCoreWaitFlag in a ", kind_name(kind_),
+                                      " kernel: cross-core flags need a MIX kernel type"));
+  }
+  if (flag < 0 || flag >= static_cast<int>(kFlagIds)) {
+    fail("flag-id", str("CrossCoreWaitFlag flagId ", flag, " is outside 0..15"));
+  }
+  std::unique_lock<std::mutex> lk(mu_);
+  int& v = counters_[c.slot][flag];
+  while (v == 0) {
+    if (aborted) throw Abort();
+    ++waiting_;
+    waiting_on_[c.slot] = flag;
+    check_deadlock_locked();
+    if (!aborted) cv_.wait(lk);
+    --waiting_;
+    waiting_on_[c.slot] = -1;
+  }
+  if (aborted) throw Abort();
+  --v;
+  c.stats->flags_waited++;
+}
+
+void Launch::finish_checks() {
+  const int B = block_dim_;
+  for (int slot = 0; slot < 3 * B; ++slot) {
+    for (int f = 0; f < static_cast<int>(kFlagIds); ++f) {
+      if (counters_[slot][f] != 0) {
+        std::string name = slot < 2 * B ? str("AIV_", slot) : str("AIC_", slot - 2 * B);
+        throw Violation(name, "flag-unbalanced",
+                        str("flag ", f, " counter is ", counters_[slot][f],
+                            " at kernel end: a set without its wait (the next launch would start with a stale flag)"));
+      }
+    }
+  }
+  for (size_t i = 0; i < arrivals_.size(); ++i) {
+    for (int f = 0; f < static_cast<int>(kFlagIds); ++f) {
+      if (arrivals_[i][f] != 0) {
+        throw Violation(str("block ", i % B), "flag-unbalanced",
+                        str("flag ", f, ": only ", arrivals_[i][f],
+                            " of the cores a multi-core set needs arrived before kernel end"));
+      }
+    }
+  }
+}
+
+}  // namespace twin
