@@ -20,6 +20,7 @@ from .matrices import (
     is_signed_permutation,
 )
 from .tables import RopeTables, RotaryEmbedding, rope_1d, rope_mrope, rope_nd
+from . import models  # noqa: F401  (model drop-ins; diffusers_patch is imported on demand)
 
 __version__ = "0.1.0"
 

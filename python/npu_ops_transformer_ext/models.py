@@ -1,0 +1,241 @@
+"""Drop-in replacements for the RoPE functions of Wan, HunyuanVideo, FLUX and diffusers.
+
+Each function has the signature and semantics of the model's own function and computes with
+``rope_matrix`` (one fused call, or one ``rope_matrix_qk`` call for q and k). All of these models
+rotate adjacent pairs (interleave) over the whole head dim, so the rotate matrix is
+``get_interleave_matrix(D)`` and only the tables carry the 3D structure.
+
+Numerics: float32 math with one rounding at the end. Tables that arrive as float64 (Wan's complex128
+freqs, diffusers' float64 builds) are rounded to float32 once; the result differs from a float64
+computation by a few float32 ulps (see docs/models.md for the measured bounds).
+
+* ``wan_rope_apply(x, grid_sizes, freqs)``: Wan2.1/2.2 ``rope_apply``.
+* ``hunyuan_apply_rotary_emb(xq, xk, freqs_cis, head_first=False)``: HunyuanVideo's original.
+* ``flux_apply_rope(xq, xk, freqs_cis)``: FLUX.1's original (2x2 rotation tables).
+* ``apply_rotary_emb(x, freqs_cis, use_real, use_real_unbind_dim, sequence_dim)``: diffusers'.
+* ``apply_rotary_emb_qwen(x, freqs_cis, use_real, use_real_unbind_dim)``: diffusers' Qwen-Image.
+"""
+from __future__ import annotations
+
+import weakref
+from collections import OrderedDict
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .matrices import get_half_matrix, get_interleave_matrix
+from .ops import rope_matrix, rope_matrix_qk
+
+__all__ = [
+    "wan_rope_apply",
+    "wan_rope_tables",
+    "hunyuan_apply_rotary_emb",
+    "flux_apply_rope",
+    "apply_rotary_emb",
+    "apply_rotary_emb_qwen",
+]
+
+_MATS: dict = {}
+
+
+def _mat(d: int, mode: str, device) -> Tensor:
+    key = (d, mode, str(device))
+    m = _MATS.get(key)
+    if m is None:
+        build = get_interleave_matrix if mode == "interleave" else get_half_matrix
+        m = _MATS[key] = build(d, dtype=torch.float32, device=device)
+    return m
+
+
+def _table(t: Tensor, x: Tensor) -> Tensor:
+    """A table the op accepts: float32 (or x's dtype), on x's device."""
+    if t.dtype != torch.float32 and t.dtype != x.dtype:
+        t = t.to(torch.float32)
+    return t.to(x.device)
+
+
+def _pairs_to_elems(t: Tensor) -> Tensor:
+    return t.repeat_interleave(2, dim=-1)
+
+
+# ---- Wan ----------------------------------------------------------------------------------------
+
+_WAN_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
+_WAN_CACHE_SIZE = 8
+
+
+def wan_rope_tables(grid_sizes, freqs: Tensor, seq_len: int, device=None):
+    """float32 ``(cos, sin)`` of shape ``[B or 1, seq_len, 1, D]`` for Wan's ``rope_apply``.
+
+    ``freqs``: Wan's ``[max_len, D/2]`` complex table (``cat`` of the t, h, w ``rope_params``);
+    its pair columns split as ``[c - 2*(c//3), c//3, c//3]`` with ``c = D/2``. Token
+    ``(i_f, i_h, i_w)`` of a ``(f, h, w)`` grid (t-major) gets ``freqs_t[i_f], freqs_h[i_h],
+    freqs_w[i_w]``: ``cos = Re``, ``sin = Im``, each repeated over its pair. Tokens past
+    ``f*h*w`` get cos 1, sin 0 (pass through). Cached per (freqs, grids, seq_len, device).
+    """
+    grids = [tuple(int(v) for v in g) for g in (grid_sizes.tolist() if isinstance(grid_sizes, Tensor) else grid_sizes)]
+    device = torch.device(device) if device is not None else freqs.device
+    key = (id(freqs), freqs._version, str(freqs.device), tuple(grids), int(seq_len), str(device))
+    hit = _WAN_CACHE.get(key)
+    if hit is not None and hit[0]() is freqs:
+        _WAN_CACHE.move_to_end(key)
+        return hit[1]
+    c = freqs.shape[1]
+    split = [c - 2 * (c // 3), c // 3, c // 3]
+    fr = freqs.detach().to("cpu")
+    if not fr.is_complex():
+        raise TypeError(f"wan_rope_tables: freqs must be complex [max_len, D/2], got {fr.dtype}")
+    parts = fr.split(split, dim=1)
+    by_grid = {}
+    for g in dict.fromkeys(grids):
+        f, h, w = g
+        if f * h * w > seq_len:
+            raise ValueError(f"wan_rope_apply: grid {g} has {f * h * w} tokens > sequence length {seq_len}")
+        z = torch.cat(
+            [
+                parts[0][:f].view(f, 1, 1, -1).expand(f, h, w, -1),
+                parts[1][:h].view(1, h, 1, -1).expand(f, h, w, -1),
+                parts[2][:w].view(1, 1, w, -1).expand(f, h, w, -1),
+            ],
+            dim=-1,
+        ).reshape(f * h * w, c)
+        cos = torch.ones(seq_len, 2 * c, dtype=torch.float32)
+        sin = torch.zeros(seq_len, 2 * c, dtype=torch.float32)
+        cos[: f * h * w] = _pairs_to_elems(z.real).to(torch.float32)
+        sin[: f * h * w] = _pairs_to_elems(z.imag).to(torch.float32)
+        by_grid[g] = (cos, sin)
+    if len(by_grid) == 1:
+        cos, sin = by_grid[grids[0]]
+        cos, sin = cos[None, :, None], sin[None, :, None]
+    else:
+        cos = torch.stack([by_grid[g][0] for g in grids])[:, :, None]
+        sin = torch.stack([by_grid[g][1] for g in grids])[:, :, None]
+    out = (cos.to(device), sin.to(device))
+    _WAN_CACHE[key] = (weakref.ref(freqs), out)
+    while len(_WAN_CACHE) > _WAN_CACHE_SIZE:
+        _WAN_CACHE.popitem(last=False)
+    return out
+
+
+def wan_rope_apply(
+    x: Tensor,
+    grid_sizes,
+    freqs: Tensor,
+    *,
+    out_dtype: Optional[torch.dtype] = torch.float32,
+    sp_rank: int = 0,
+    sp_size: int = 1,
+) -> Tensor:
+    """Wan's ``rope_apply(x, grid_sizes, freqs)`` as one ``rope_matrix`` call.
+
+    Shapes: x ``[B, L, N, D]`` (BSND); grid_sizes ``[B, 3]`` (f, h, w) per sample; freqs Wan's
+    complex ``[max_len, D/2]``. Returns ``[B, L, N, D]`` in float32 as Wan does (``out_dtype=None``
+    keeps x's dtype and skips the upcast: half the bytes, one bf16 rounding). Tokens past
+    ``f*h*w`` pass through unchanged. Sequence parallel (Wan's ``xdit_context_parallel``): x is
+    this rank's contiguous shard ``[B, L, N, D]`` of a sequence of ``L * sp_size`` tokens, i.e.
+    tokens ``[sp_rank * L, (sp_rank + 1) * L)``; tokens past ``f*h*w`` (the padding) pass through.
+    """
+    b, L, n, d = x.shape
+    cos, sin = wan_rope_tables(grid_sizes, freqs, L * sp_size, device=x.device)
+    if sp_size > 1:
+        cos, sin = cos[:, sp_rank * L : (sp_rank + 1) * L], sin[:, sp_rank * L : (sp_rank + 1) * L]
+    xin = x if out_dtype is None else x.to(out_dtype)
+    return rope_matrix(xin, _mat(d, "interleave", x.device), sin, cos)
+
+
+# ---- HunyuanVideo ------------------------------------------------------------------------------
+
+
+def _real_tables(freqs_cis):
+    """(cos, sin) with last dim D from a (cos, sin) tuple or a complex [..., D/2] table."""
+    if isinstance(freqs_cis, (tuple, list)):
+        cos, sin = freqs_cis
+        return cos, sin
+    return _pairs_to_elems(freqs_cis.real), _pairs_to_elems(freqs_cis.imag)
+
+
+def hunyuan_apply_rotary_emb(xq: Tensor, xk: Optional[Tensor], freqs_cis, head_first: bool = False):
+    """HunyuanVideo's ``apply_rotary_emb(xq, xk, freqs_cis, head_first=False) -> (xq_out, xk_out)``.
+
+    xq/xk ``[B, S, H, D]`` (``[B, H, S, D]`` with ``head_first``); freqs_cis ``(cos, sin)`` each
+    ``[S, D]`` (the real path HunyuanVideo uses) or a complex ``[S, D/2]``. Interleaved pairs,
+    float32 math, outputs in the inputs' dtype. q and k go through one ``rope_matrix_qk`` call.
+    """
+    cos, sin = _real_tables(freqs_cis)
+    s = xq.shape[-2] if head_first else xq.shape[1]
+    if cos.shape[-2:] != (s, xq.shape[-1]):
+        raise ValueError(
+            f"hunyuan_apply_rotary_emb: freqs must be [S, D] = [{s}, {xq.shape[-1]}], got {list(cos.shape)}"
+        )
+    if not head_first:
+        cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    cos, sin = _table(cos, xq), _table(sin, xq)
+    mat = _mat(xq.shape[-1], "interleave", xq.device)
+    if xk is None:
+        return rope_matrix(xq, mat, sin, cos), None
+    return rope_matrix_qk(xq, xk, mat, sin, cos)
+
+
+# ---- FLUX ---------------------------------------------------------------------------------------
+
+
+def flux_apply_rope(xq: Tensor, xk: Tensor, freqs_cis: Tensor):
+    """FLUX.1's ``apply_rope(xq, xk, freqs_cis) -> (xq_out, xk_out)``.
+
+    xq/xk ``[B, H, L, D]``; freqs_cis ``[B, 1, L, D/2, 2, 2]``, per pair the rotation
+    ``[[cos, -sin], [sin, cos]]`` (as FLUX's ``rope`` builds it). Outputs in the inputs' dtype.
+    """
+    cos = _pairs_to_elems(freqs_cis[..., 0, 0])
+    sin = _pairs_to_elems(freqs_cis[..., 1, 0])
+    cos, sin = _table(cos, xq), _table(sin, xq)
+    return rope_matrix_qk(xq, xk, _mat(xq.shape[-1], "interleave", xq.device), sin, cos)
+
+
+# ---- diffusers ----------------------------------------------------------------------------------
+
+
+def apply_rotary_emb(
+    x: Tensor,
+    freqs_cis,
+    use_real: bool = True,
+    use_real_unbind_dim: int = -1,
+    sequence_dim: int = 2,
+) -> Tensor:
+    """diffusers' ``apply_rotary_emb`` (``diffusers.models.embeddings``), same arguments.
+
+    ``use_real=True``: freqs_cis ``(cos, sin)`` each ``[S, D]``; x ``[B, H, S, D]``
+    (``sequence_dim=2``) or ``[B, S, H, D]`` (``sequence_dim=1``); ``use_real_unbind_dim=-1`` pairs
+    adjacent elements (FLUX, HunyuanVideo), ``-2`` pairs the halves. ``use_real=False``: freqs_cis
+    complex ``[..., S, D/2]`` unsqueezed at dim 2 (x ``[B, S, H, D]``). Output in x's dtype.
+    """
+    if use_real:
+        cos, sin = freqs_cis
+        if sequence_dim == 2:
+            cos, sin = cos[None, None], sin[None, None]
+        elif sequence_dim == 1:
+            cos, sin = cos[None, :, None], sin[None, :, None]
+        else:
+            raise ValueError(f"`sequence_dim={sequence_dim}` but should be 1 or 2.")
+        if use_real_unbind_dim == -1:
+            mode = "interleave"
+        elif use_real_unbind_dim == -2:
+            mode = "half"
+        else:
+            raise ValueError(f"`use_real_unbind_dim={use_real_unbind_dim}` but should be -1 or -2.")
+    else:
+        cos, sin = _real_tables(freqs_cis)
+        cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
+        mode = "interleave"
+    return rope_matrix(x, _mat(x.shape[-1], mode, x.device), _table(sin, x), _table(cos, x))
+
+
+def apply_rotary_emb_qwen(x: Tensor, freqs_cis, use_real: bool = True, use_real_unbind_dim: int = -1) -> Tensor:
+    """diffusers' Qwen-Image ``apply_rotary_emb_qwen``: x ``[B, S, H, D]``; real path tables
+    ``[S, D]`` broadcast as ``[1, 1, S, D]`` (as diffusers does), complex path ``[S, D/2]``
+    broadcast as ``[S, 1, D/2]`` (what Qwen-Image uses)."""
+    if use_real:
+        return apply_rotary_emb(x, freqs_cis, True, use_real_unbind_dim, sequence_dim=2)
+    cos, sin = _real_tables(freqs_cis)
+    cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+    return rope_matrix(x, _mat(x.shape[-1], "interleave", x.device), _table(sin, x), _table(cos, x))

@@ -1,0 +1,291 @@
+"""Model drop-ins against each model's RoPE written here from its published formula, and (when the
+optional ``diffusers`` package is installed) against diffusers itself on tiny random models."""
+import importlib.util
+
+import pytest
+import torch
+
+import npu_ops_transformer_ext as ext
+from npu_ops_transformer_ext import models, tables
+
+F64 = torch.float64
+HAS_DIFFUSERS = importlib.util.find_spec("diffusers") is not None
+needs_diffusers = pytest.mark.skipif(not HAS_DIFFUSERS, reason="diffusers is not installed (optional)")
+
+
+def _rot_pairs(x, cos_pairs, sin_pairs):
+    """Golden, float64: adjacent pairs (a, b) -> (a cos - b sin, a sin + b cos)."""
+    x = x.to(F64)
+    a, b = x[..., 0::2], x[..., 1::2]
+    c, s = cos_pairs.to(F64), sin_pairs.to(F64)
+    return torch.stack([a * c - b * s, a * s + b * c], dim=-1).flatten(-2)
+
+
+# ---- Wan ---------------------------------------------------------------------------------------
+
+
+def _wan_freqs(d, max_len=64, theta=10000.0):
+    """Wan's table: cat over (d-4(d//6), 2(d//6), 2(d//6)) of polar(1, outer(arange, theta^-(2j/dim))), complex128."""
+    out = []
+    for dim in (d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6)):
+        fr = 1.0 / torch.pow(torch.tensor(theta, dtype=F64), torch.arange(0, dim, 2, dtype=F64) / dim)
+        ang = torch.outer(torch.arange(max_len, dtype=F64), fr)
+        out.append(torch.polar(torch.ones_like(ang), ang))
+    return torch.cat(out, dim=1)
+
+
+def _wan_golden(x, grid_sizes, freqs):
+    """Wan rope_apply semantics: per sample, complex128 multiply of the first f*h*w tokens, the rest
+    copied, result float32."""
+    n, c = x.size(2), x.size(3) // 2
+    parts = freqs.split([c - 2 * (c // 3), c // 3, c // 3], dim=1)
+    outs = []
+    for i, (f, h, w) in enumerate(grid_sizes.tolist()):
+        s = f * h * w
+        xi = torch.view_as_complex(x[i, :s].to(F64).reshape(s, n, -1, 2))
+        fi = torch.cat(
+            [
+                parts[0][:f].view(f, 1, 1, -1).expand(f, h, w, -1),
+                parts[1][:h].view(1, h, 1, -1).expand(f, h, w, -1),
+                parts[2][:w].view(1, 1, w, -1).expand(f, h, w, -1),
+            ],
+            dim=-1,
+        ).reshape(s, 1, -1)
+        xi = torch.view_as_real(xi * fi).flatten(2)
+        outs.append(torch.cat([xi, x[i, s:].to(F64)]))
+    return torch.stack(outs).float()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_wan_rope_apply_per_sample_grids_and_padding(dtype):
+    d = 48
+    freqs = _wan_freqs(d)
+    grids = torch.tensor([[2, 3, 4], [1, 3, 4]])
+    x = torch.randn(2, 30, 3, d).to(dtype)  # L = 30 > 24, 12 tokens: padding
+    out = models.wan_rope_apply(x, grids, freqs)
+    want = _wan_golden(x, grids, freqs)
+    assert out.dtype == torch.float32 and out.shape == x.shape
+    torch.testing.assert_close(out, want, rtol=0, atol=3e-6 * x.float().abs().max().item())
+    assert torch.equal(out[0, 24:], x[0, 24:].float())  # padding bit-identical
+    assert torch.equal(out[1, 12:], x[1, 12:].float())
+    # out_dtype=None keeps x's dtype: the fp32 result rounded once
+    same = models.wan_rope_apply(x, grids, freqs, out_dtype=None)
+    assert same.dtype == dtype
+    torch.testing.assert_close(same.float(), want, rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps)
+
+
+def test_wan_rope_apply_sequence_parallel_shards():
+    d, sp = 24, 4
+    freqs = _wan_freqs(d)
+    grids = torch.tensor([[2, 2, 3]])  # 12 tokens, padded to 16 = 4 ranks x 4
+    x = torch.randn(1, 16, 2, d)
+    full = models.wan_rope_apply(x, grids, freqs)
+    shards = [models.wan_rope_apply(x[:, r * 4 : (r + 1) * 4], grids, freqs, sp_rank=r, sp_size=sp) for r in range(sp)]
+    assert torch.equal(torch.cat(shards, dim=1), full)
+
+
+def test_wan_tables_cache_follows_freqs():
+    freqs = _wan_freqs(24)
+    a = models.wan_rope_tables([[1, 2, 2]], freqs, 4)
+    assert models.wan_rope_tables([[1, 2, 2]], freqs, 4) is a
+    freqs.mul_(1)  # in-place change bumps the version: rebuilt
+    assert models.wan_rope_tables([[1, 2, 2]], freqs, 4) is not a
+
+
+# ---- HunyuanVideo / FLUX / diffusers functions ----------------------------------------------
+
+
+def _rope3d(s_grid=(2, 3, 4), split=(16, 56, 56), theta=256.0, dtype=torch.float32):
+    t = tables.rope_nd(s_grid, split, theta=theta, freqs_dtype=dtype)
+    return t.cos, t.sin
+
+
+@pytest.mark.parametrize("head_first", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_hunyuan_apply_rotary_emb(head_first, dtype):
+    cos, sin = _rope3d()
+    s = cos.shape[0]
+    shape_q, shape_k = ((1, 4, s, 128), (1, 2, s, 128)) if head_first else ((1, s, 4, 128), (1, s, 2, 128))
+    xq, xk = torch.randn(shape_q).to(dtype), torch.randn(shape_k).to(dtype)
+    oq, ok = models.hunyuan_apply_rotary_emb(xq, xk, (cos, sin), head_first=head_first)
+    bc = (lambda t: t) if head_first else (lambda t: t[:, None])
+    for o, x in ((oq, xq), (ok, xk)):
+        want = _rot_pairs(x, bc(cos[:, 0::2]), bc(sin[:, 0::2]))
+        assert o.dtype == dtype
+        torch.testing.assert_close(o.double(), want, rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps * 4)
+    # the complex form of the same tables gives the same result
+    cplx = torch.polar(torch.ones_like(cos[:, 0::2]), torch.atan2(sin[:, 0::2], cos[:, 0::2]))
+    oq2, _ = models.hunyuan_apply_rotary_emb(xq, xk, cplx, head_first=head_first)
+    torch.testing.assert_close(oq2, oq)
+    with pytest.raises(ValueError, match="freqs must be"):
+        models.hunyuan_apply_rotary_emb(xq, xk, (cos[:-1], sin[:-1]), head_first=head_first)
+
+
+def test_flux_apply_rope_2x2_form():
+    b, h, L = 2, 3, 10
+    ids = torch.randint(0, 5, (b, L, 3)).double()
+    ang = torch.cat([ids[..., a : a + 1] * (10000.0 ** (-torch.arange(0, d, 2, dtype=F64) / d))
+                     for a, d in enumerate(tables.FLUX_SPLIT)], -1)  # [B, L, 64]
+    rot = torch.stack([ang.cos(), -ang.sin(), ang.sin(), ang.cos()], -1).view(b, 1, L, 64, 2, 2).float()
+    xq, xk = torch.randn(b, h, L, 128, dtype=torch.bfloat16), torch.randn(b, 1, L, 128, dtype=torch.bfloat16)
+    oq, ok = models.flux_apply_rope(xq, xk, rot)
+    for o, x in ((oq, xq), (ok, xk)):
+        xp = x.float().reshape(*x.shape[:-1], -1, 1, 2)
+        want = (rot[..., 0] * xp[..., 0] + rot[..., 1] * xp[..., 1]).reshape(x.shape).type_as(x)
+        torch.testing.assert_close(o, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("sequence_dim", [1, 2])
+@pytest.mark.parametrize("unbind", [-1, -2])
+def test_apply_rotary_emb_real(sequence_dim, unbind):
+    s, d = 11, 32
+    mode = "interleave" if unbind == -1 else "half"
+    t = tables.rope_1d(s, d, mode=mode, dtype=F64)  # diffusers may hand float64 tables
+    x = torch.randn((2, 3, s, d) if sequence_dim == 2 else (2, s, 3, d), dtype=torch.bfloat16)
+    out = models.apply_rotary_emb(x, (t.cos, t.sin), use_real_unbind_dim=unbind, sequence_dim=sequence_dim)
+    # golden: rotate x's pairs (adjacent or halves) in float64
+    c = t.cos if sequence_dim == 2 else t.cos[:, None]
+    sn = t.sin if sequence_dim == 2 else t.sin[:, None]
+    xf = x.double()
+    if unbind == -1:
+        rot = torch.stack([-xf[..., 1::2], xf[..., 0::2]], -1).flatten(-2)
+    else:
+        rot = torch.cat([-xf[..., d // 2 :], xf[..., : d // 2]], -1)
+    want = xf * c + rot * sn
+    torch.testing.assert_close(out.double(), want, rtol=2 ** -8, atol=2 ** -8)
+    with pytest.raises(ValueError):
+        models.apply_rotary_emb(x, (t.cos, t.sin), sequence_dim=3)
+
+
+def test_apply_rotary_emb_complex_and_qwen():
+    b, s, h, d = 2, 7, 3, 16
+    ang = torch.randn(s, d // 2)
+    freqs = torch.polar(torch.ones_like(ang), ang)  # complex64, as Qwen-Image builds it
+    x = torch.randn(b, s, h, d)
+    want = torch.view_as_real(torch.view_as_complex(x.double().reshape(b, s, h, -1, 2)) * freqs.to(torch.complex128)[:, None]).flatten(3)
+    out = models.apply_rotary_emb_qwen(x, freqs, use_real=False)
+    torch.testing.assert_close(out.double(), want, rtol=1e-6, atol=1e-6)
+    out2 = models.apply_rotary_emb(x, freqs[None].expand(b, s, d // 2), use_real=False)
+    torch.testing.assert_close(out2, out)
+
+
+# ---- against diffusers itself ------------------------------------------------------------------
+
+
+@needs_diffusers
+@pytest.mark.parametrize("unbind", [-1, -2])
+@pytest.mark.parametrize("sequence_dim", [1, 2])
+def test_apply_rotary_emb_equals_diffusers(unbind, sequence_dim):
+    from diffusers.models.embeddings import apply_rotary_emb as ref
+
+    s, d = 9, 64
+    mode = "interleave" if unbind == -1 else "half"
+    t = tables.rope_1d(s, d, mode=mode)
+    x = torch.randn((1, 2, s, d) if sequence_dim == 2 else (1, s, 2, d), dtype=torch.bfloat16)
+    got = models.apply_rotary_emb(x, (t.cos, t.sin), True, unbind, sequence_dim)
+    want = ref(x, (t.cos, t.sin), True, unbind, sequence_dim)
+    assert torch.equal(got, want)  # same fp32 products, one rounding: bit for bit
+
+
+def _count_calls(monkeypatch):
+    calls = []
+    for name in ("rope_matrix", "rope_matrix_qk"):
+        fn = getattr(models, name)
+
+        def wrap(*a, _fn=fn, _n=name):
+            calls.append(_n)
+            return _fn(*a)
+
+        monkeypatch.setattr(models, name, wrap)
+    return calls
+
+
+def _tiny(family):
+    import diffusers
+
+    g = torch.Generator().manual_seed(0)
+    if family == "flux":
+        m = diffusers.FluxTransformer2DModel(
+            patch_size=1, in_channels=4, num_layers=1, num_single_layers=1, attention_head_dim=16,
+            num_attention_heads=2, joint_attention_dim=8, pooled_projection_dim=8, axes_dims_rope=(4, 6, 6),
+        )
+        h, w, txt = 3, 4, 5
+        img_ids = torch.zeros(h * w, 3)
+        img_ids[:, 1] = torch.arange(h).repeat_interleave(w).float()
+        img_ids[:, 2] = torch.arange(w).repeat(h).float()
+        kw = dict(hidden_states=torch.randn(1, h * w, 4, generator=g), encoder_hidden_states=torch.randn(1, txt, 8, generator=g),
+                  pooled_projections=torch.randn(1, 8, generator=g), timestep=torch.tensor([0.5]),
+                  img_ids=img_ids, txt_ids=torch.zeros(txt, 3))
+    elif family == "wan":
+        m = diffusers.WanTransformer3DModel(
+            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=4,
+            text_dim=8, freq_dim=8, ffn_dim=16, num_layers=1, rope_max_seq_len=32,
+        )
+        kw = dict(hidden_states=torch.randn(1, 4, 2, 4, 6, generator=g), timestep=torch.tensor([500]),
+                  encoder_hidden_states=torch.randn(1, 3, 8, generator=g))
+    elif family == "hunyuan_video":
+        m = diffusers.HunyuanVideoTransformer3DModel(
+            in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=12, num_layers=1,
+            num_single_layers=1, num_refiner_layers=1, patch_size=1, patch_size_t=1, text_embed_dim=8,
+            pooled_projection_dim=8, rope_axes_dim=(4, 4, 4),
+        )
+        kw = dict(hidden_states=torch.randn(1, 4, 2, 3, 4, generator=g), timestep=torch.tensor([500]),
+                  encoder_hidden_states=torch.randn(1, 3, 8, generator=g),
+                  encoder_attention_mask=torch.ones(1, 3), pooled_projections=torch.randn(1, 8, generator=g),
+                  guidance=torch.tensor([1000.0]))
+    else:
+        m = diffusers.QwenImageTransformer2DModel(
+            patch_size=2, in_channels=16, out_channels=4, num_layers=1, attention_head_dim=16,
+            num_attention_heads=2, joint_attention_dim=8, axes_dims_rope=(4, 6, 6),
+        )
+        kw = dict(hidden_states=torch.randn(1, 6, 16, generator=g), encoder_hidden_states=torch.randn(1, 5, 8, generator=g),
+                  encoder_hidden_states_mask=torch.ones(1, 5, dtype=torch.long), timestep=torch.tensor([0.5]),
+                  img_shapes=[(1, 2, 3)])
+    return m.eval(), kw
+
+
+@needs_diffusers
+@pytest.mark.parametrize("family", ["flux", "wan", "hunyuan_video", "qwen_image"])
+def test_patch_diffusers_transformer(family, monkeypatch):
+    from npu_ops_transformer_ext import diffusers_patch as dp
+
+    torch.manual_seed(0)
+    model, kw = _tiny(family)
+    with torch.no_grad():
+        want = model(**kw, return_dict=False)[0]
+        calls = _count_calls(monkeypatch)
+        sd = set(model.state_dict())
+        dp.patch_rope(model)
+        assert dp.is_patched(model) and set(model.state_dict()) == sd
+        got = model(**kw, return_dict=False)[0]
+        assert calls, "the patched model did not call rope_matrix"
+        n = len(calls)
+        dp.unpatch_rope(model)
+        back = model(**kw, return_dict=False)[0]
+        assert len(calls) == n, "the unpatched model still calls rope_matrix"
+        with dp.rope_matrix_enabled(model):
+            again = model(**kw, return_dict=False)[0]
+        assert not dp.is_patched(model)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(back, want)
+    assert torch.equal(again, got)
+
+
+@needs_diffusers
+def test_patch_restores_module_functions():
+    import diffusers.models.embeddings as emb
+    import diffusers.models.transformers.transformer_flux as tf
+    from npu_ops_transformer_ext import diffusers_patch as dp
+
+    orig_tf, orig_emb = tf.apply_rotary_emb, emb.apply_rotary_emb
+    a, _ = _tiny("flux")
+    b, _ = _tiny("flux")
+    dp.patch_rope(a)
+    dp.patch_rope(b)
+    assert tf.apply_rotary_emb is models.apply_rotary_emb
+    dp.unpatch_rope(a)
+    assert tf.apply_rotary_emb is models.apply_rotary_emb  # b still patched
+    dp.unpatch_rope(b)
+    assert tf.apply_rotary_emb is orig_tf and emb.apply_rotary_emb is orig_emb
+    with pytest.raises(TypeError, match="unsupported model"):
+        dp.patch_rope(torch.nn.Linear(2, 2))
