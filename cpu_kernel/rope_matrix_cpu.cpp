@@ -33,8 +33,10 @@ namespace cpu {
 namespace {
 
 constexpr int kMaxDims = 16;           // x rank limit of this kernel (checked)
-constexpr int64_t kTableBlockBytes = 16 * 1024;  // cos + sin rows of one block, compute type
-constexpr int64_t kMaxBlockRows = 64;
+// cos + sin rows of one block in the compute type: sized for L2, so that each head's run of x rows
+// in a block is long (R = 128 rows = 32 KiB of bf16 for D = 128) and streams well from DRAM.
+constexpr int64_t kTableBlockBytes = 128 * 1024;
+constexpr int64_t kMaxBlockRows = 256;
 
 // A list of dims with one stride per tensor that walks them.
 struct Odometer {

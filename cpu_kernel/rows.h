@@ -46,9 +46,9 @@ RowsFn generic_rows_fn(at::ScalarType x_dtype, bool is_perm);
 TableFn generic_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype);
 #ifdef NPU_OPS_HAVE_AVX512
 // AVX-512 kernels (rows_avx512*.cpp); nullptr where they have none (float64).
-RowsFn avx512_rows_fn(at::ScalarType x_dtype, bool is_perm);
+RowsFn avx512_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan);
 TableFn avx512_table_fn(at::ScalarType table_dtype);
-RowsFn avx512_bf16_rows_fn(at::ScalarType x_dtype, bool is_perm);
+RowsFn avx512_bf16_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan);
 TableFn avx512_bf16_table_fn(at::ScalarType table_dtype);
 #endif
 

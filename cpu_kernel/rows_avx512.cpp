@@ -4,7 +4,7 @@
 
 namespace npu_ops_transformer_ext {
 namespace cpu {
-RowsFn avx512_rows_fn(at::ScalarType t, bool is_perm) { return avx512::rows_fn(t, is_perm); }
+RowsFn avx512_rows_fn(at::ScalarType t, const RotatePlan& plan) { return avx512::rows_fn(t, plan); }
 TableFn avx512_table_fn(at::ScalarType t) { return avx512::table_fn(t); }
 }  // namespace cpu
 }  // namespace npu_ops_transformer_ext

@@ -5,7 +5,7 @@
 
 namespace npu_ops_transformer_ext {
 namespace cpu {
-RowsFn avx512_bf16_rows_fn(at::ScalarType t, bool is_perm) { return avx512_bf16::rows_fn(t, is_perm); }
+RowsFn avx512_bf16_rows_fn(at::ScalarType t, const RotatePlan& plan) { return avx512_bf16::rows_fn(t, plan); }
 TableFn avx512_bf16_table_fn(at::ScalarType t) { return avx512_bf16::table_fn(t); }
 }  // namespace cpu
 }  // namespace npu_ops_transformer_ext

@@ -139,7 +139,7 @@ Kernels select_kernels(at::ScalarType x, at::ScalarType sin_t, at::ScalarType co
   const int level = isa_level();
   if (level >= 1 && x != at::kDouble) {
     const bool bf16 = level >= 2;
-    k.rows = bf16 ? avx512_bf16_rows_fn(x, plan.is_perm) : avx512_rows_fn(x, plan.is_perm);
+    k.rows = bf16 ? avx512_bf16_rows_fn(x, plan) : avx512_rows_fn(x, plan);
     k.cos_table = bf16 ? avx512_bf16_table_fn(cos_t) : avx512_table_fn(cos_t);
     k.sin_table = bf16 ? avx512_bf16_table_fn(sin_t) : avx512_table_fn(sin_t);
     k.isa = bf16 ? "avx512_bf16" : "avx512";

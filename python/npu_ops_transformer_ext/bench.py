@@ -1,0 +1,166 @@
+"""Benchmark CLI: rope_matrix against the ways people write RoPE today, and against the memory floor.
+
+    python -m npu_ops_transformer_ext.bench                       # the default table, CPU
+    python -m npu_ops_transformer_ext.bench --shape 1,24,8192,128 --modes half,3d --iters 30 --csv out.csv
+
+Providers (each computes the same result for the given mode):
+    rope_matrix   this operator
+    eager_v1      eager small ops in x.dtype (split, rotate_half / rotate_every_two, concat) -- seed v1
+    eager_v3      eager matrix form in x.dtype, ``x*cos + (x@R)*sin`` -- seed v3
+    compile_v1    torch.compile of eager_v1
+    clone         ``x.clone()``: a same-size copy into a new tensor (the floor for any op that
+                  returns a new tensor: it reads x, allocates and writes the output)
+    copy_         ``out.copy_(x)`` into a preallocated tensor (pure read + write bandwidth)
+
+Prints a table and writes a long-format CSV (one row per mode and provider): median and p20/p80
+in ms, achieved GB/s (x read + output written + tables read once), ratios to ``clone`` and
+``copy_``, torch version, git sha, CPU model and thread count.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import statistics
+import subprocess
+import time
+
+import torch
+
+from . import ops  # noqa: F401  (registers the op)
+from .reference import mode_matrix, rope_v1, rope_v3
+
+MODES = {
+    "half": ("half", [128]),
+    "interleave": ("interleave", [128]),
+    "3d": ("half", [44, 44, 40]),
+    "dense": (None, [128]),
+}
+PROVIDERS = ["rope_matrix", "eager_v1", "eager_v3", "compile_v1", "clone", "copy_"]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_sha() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=os.path.dirname(__file__), timeout=5).stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def _time_round_robin(fns: dict, warmup: int, iters: int) -> dict:
+    """Times every provider, one call of each per round, so that a change in machine load during the
+    run affects all of them alike and the ratios stay meaningful. Returns {name: (median, p20, p80)}."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples = {name: [] for name in fns}
+    for _ in range(iters):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - t0) * 1e3)
+    out = {}
+    for name, s in samples.items():
+        q = statistics.quantiles(s, n=5) if len(s) >= 5 else [min(s)] * 4
+        out[name] = (statistics.median(s), q[0], q[3])
+    return out
+
+
+def _providers(mode_name, x, y, sin, cos, sections, rot_mode):
+    out = torch.empty_like(x)
+    fns = {
+        "rope_matrix": lambda: torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos),
+        "eager_v3": lambda: rope_v3(x, sin, cos, y, compute_dtype=None),
+        "clone": lambda: x.clone(),
+        "copy_": lambda: out.copy_(x),
+    }
+    if rot_mode is not None:
+        fns["eager_v1"] = lambda: rope_v1(x, sin, cos, rot_mode, sections, compute_dtype=None)
+        compiled = torch.compile(lambda a, s, c: rope_v1(a, s, c, rot_mode, sections, compute_dtype=None))
+        fns["compile_v1"] = lambda: compiled(x, sin, cos)
+    return fns
+
+
+def run(shape, dtype, modes, providers, warmup, iters, csv_path):
+    b, n, s, d = shape
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(b, n, s, d, generator=g).to(dtype)
+    sin = torch.randn(1, 1, s, d, generator=g).to(dtype)
+    cos = torch.randn(1, 1, s, d, generator=g).to(dtype)
+    elem = x.element_size()
+    moved = 2 * x.numel() * elem + 2 * sin.numel() * elem
+    meta = dict(torch=torch.__version__, git=_git_sha(), cpu=_cpu_model(), threads=torch.get_num_threads(),
+                dtype=str(dtype).replace("torch.", ""), shape="x".join(map(str, shape)), layout="BNSD")
+    rows = []
+    for mode_name in modes:
+        rot_mode, sections = MODES[mode_name]
+        if rot_mode is None:
+            y = (torch.randn(d, d, generator=g) / d**0.5).to(dtype)
+        else:
+            y = mode_matrix(rot_mode, sections, dtype=dtype)
+        fns = _providers(mode_name, x, y, sin, cos, sections, rot_mode)
+        results = _time_round_robin({p: fns[p] for p in providers if p in fns}, warmup, iters)
+        for p, (med, p20, p80) in results.items():
+            row = dict(op="rope_matrix", mode=mode_name, provider=p, median_ms=round(med, 3), p20_ms=round(p20, 3),
+                       p80_ms=round(p80, 3), gbps=round(moved / med / 1e6, 2),
+                       x_clone=round(med / results["clone"][0], 2) if "clone" in results else "",
+                       x_copy=round(med / results["copy_"][0], 2) if "copy_" in results else "", **meta)
+            rows.append(row)
+    header = f"{'mode':<11}{'provider':<13}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}"
+    print(f"rope_matrix benchmark: x {list(shape)} {meta['dtype']} BNSD, tables [1,1,S,D]; "
+          f"{meta['cpu']}, {meta['threads']} threads, torch {meta['torch']}, git {meta['git']}")
+    print(header)
+    for r in rows:
+        print(f"{r['mode']:<11}{r['provider']:<13}{r['median_ms']:>10.2f}{r['p20_ms']:>8.2f}{r['p80_ms']:>8.2f}"
+              f"{r['gbps']:>8.1f}{r['x_clone']!s:>8}{r['x_copy']!s:>8}")
+    if csv_path:
+        os.makedirs(os.path.dirname(os.path.abspath(csv_path)), exist_ok=True)
+        with open(csv_path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+            w.writeheader()
+            w.writerows(rows)
+        print(f"wrote {csv_path}")
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", default="1,24,8192,128", help="B,N,S,D (BNSD)")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    ap.add_argument("--modes", default="half,interleave,3d,dense", help=f"comma list of {list(MODES)}")
+    ap.add_argument("--providers", default=",".join(PROVIDERS), help=f"comma list of {PROVIDERS}")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--csv", default="bench_results/rope_matrix_cpu.csv")
+    a = ap.parse_args(argv)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    shape = tuple(int(v) for v in a.shape.split(","))
+    if len(shape) != 4:
+        ap.error("--shape takes B,N,S,D")
+    modes = [m for m in a.modes.split(",") if m]
+    for m in modes:
+        if m not in MODES:
+            ap.error(f"unknown mode {m!r}; choose from {list(MODES)}")
+    providers = [p for p in a.providers.split(",") if p]
+    for p in providers:
+        if p not in PROVIDERS:
+            ap.error(f"unknown provider {p!r}; choose from {PROVIDERS}")
+    run(shape, getattr(torch, a.dtype), modes, providers, a.warmup, a.iters, a.csv)
+
+
+if __name__ == "__main__":
+    main()
