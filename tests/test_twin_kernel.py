@@ -1,0 +1,157 @@
+"""The Ascend C kernel on the CPU twin: bit-exact against the CPU kernel and the fp32 reference.
+
+Every case runs the kernel source of op_kernel/ with the host tiling of op_host/ on the simulated
+910B (20 AI Cores = 20 cube + 40 vector cores unless stated), then checks the output and the
+twin's report (every output byte written exactly once, per-core rows as the tiling assigns them,
+UB within budget, flags balanced).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import npu_ops_transformer_ext  # noqa: F401  (registers the ops)
+from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference
+
+twin = pytest.importorskip("npu_ops_transformer_ext.twin")
+
+DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+SPLITS = {"d64": [64], "d128": [128], "d44+44+40": [44, 44, 40]}
+MODES = ("half", "interleave", "quarter", "interleave-half")
+S_VALUES = (1, 7, 39, 40, 41, 78, 100, 1000, 1521)
+BN_VALUES = (1, 3, 24)
+
+
+def _layout_shape(layout: str, bn: int, s: int, d: int):
+    b, n = {1: (1, 1), 3: (1, 3), 24: (2, 12)}[bn]
+    return (b, n, s, d) if layout == "bnsd" else (b, s, n, d)
+
+
+def _table_shape(layout: str, form: int, s: int, d: int):
+    if layout == "bnsd":
+        return (s, d) if form == 0 else (1, 1, s, d)
+    return (s, 1, d) if form == 0 else (1, s, 1, d)
+
+
+def _cases():
+    # Every S with both layouts; BN, D (incl. the composed 44+44+40), dtype, table dtype, mode and
+    # table form rotate so that each value of each factor meets every S class and both layouts.
+    splits, dts, tdts = list(SPLITS), ("bf16", "fp16"), ("x", "fp32")
+    for i, s in enumerate(S_VALUES):
+        for j, layout in enumerate(("bnsd", "bsnd")):
+            bn = BN_VALUES[(i + j) % 3]
+            split = splits[(i + 2 * j) % 3]
+            dt = dts[(i + j) % 2]
+            tdt = tdts[(i // 2 + j) % 2]
+            mode = MODES[(i + 3 * j) % 4]
+            form = (i + j) % 2
+            yield pytest.param(layout, bn, s, split, dt, tdt, mode, form,
+                               id=f"{layout}-bn{bn}-s{s}-{split}-{dt}-tab_{tdt}-{mode}-form{form}")
+
+
+def _inputs(layout, bn, s, split, dt, tdt, mode, form, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    d = sum(SPLITS[split])
+    dtype = DT[dt]
+    tdtype = dtype if tdt == "x" else torch.float32
+    x = torch.randn(_layout_shape(layout, bn, s, d), generator=g).to(dtype)
+    y = mode_matrix(mode, SPLITS[split], dtype=dtype)
+    tshape = _table_shape(layout, form, s, d)
+    sin = torch.randn(tshape, generator=g).to(tdtype)  # sin and cos differ: a swap is visible
+    cos = torch.randn(tshape, generator=g).to(tdtype)
+    return x, y, sin, cos
+
+
+def _check_report(rep, x_rows_total):
+    t = rep["tiling"]
+    assert rep["out_write_count_min"] == 1 and rep["out_write_count_max"] == 1, "every output byte exactly once"
+    aiv = [c for c in rep["cores"] if c["type"] == "AIV"]
+    aic = [c for c in rep["cores"] if c["type"] == "AIC"]
+    assert len(aic) == t["blockDim"] and len(aiv) == 2 * t["blockDim"]
+    assert sum(c["rows"] for c in aiv) == x_rows_total
+    assert sum(c["rows"] for c in aic) == x_rows_total
+    for c in aic:  # each cube core multiplied exactly the rows its two vector cores wrote
+        pair = [v for v in aiv if v["block"] == c["block"]]
+        assert c["rows"] == sum(v["rows"] for v in pair)
+        assert c["flags_set"] == c["flags_waited"] == pair[0]["flags_set"] == pair[1]["flags_waited"]
+    for c in aiv:
+        assert c["ub_peak_bytes"] == t["ubBytes"] <= t["ubBudget"]
+
+
+@pytest.mark.parametrize("layout,bn,s,split,dt,tdt,mode,form", list(_cases()))
+def test_twin_bit_exact(layout, bn, s, split, dt, tdt, mode, form):
+    x, y, sin, cos = _inputs(layout, bn, s, split, dt, tdt, mode, form)
+    before = [t.clone() for t in (x, y, sin, cos)]
+    out, rep = twin.run(x, y, sin, cos)
+    expected = rope_matrix_reference(x, y, sin, cos)
+    cpu = torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    assert torch.equal(out, cpu), "twin differs from the CPU kernel"
+    for a, b in zip(before, (x, y, sin, cos)):
+        assert torch.equal(a, b), "an input was modified"
+    _check_report(rep, x.numel() // x.shape[-1])
+
+
+@pytest.mark.parametrize("soc,cubes", [("Ascend910B1", 24), ("Ascend910B2", 24), ("Ascend910B4", 20)])
+def test_twin_core_counts_from_platform(soc, cubes):
+    x, y, sin, cos = _inputs("bnsd", 3, 1521, "d128", "bf16", "x", "half", 1)
+    out, rep = twin.run(x, y, sin, cos, soc=soc)
+    assert rep["block_dim"] == cubes
+    assert len([c for c in rep["cores"] if c["type"] == "AIV"]) == 2 * cubes
+    torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+    _check_report(rep, x.numel() // x.shape[-1])
+
+
+def test_twin_seed_shape_reduced_s():
+    # The seed's [1, 24, 28800, 128] bf16 with [1, 1, S, D] tables, S cut to 2880.
+    g = torch.Generator().manual_seed(1)
+    s, d = 2880, 128
+    x = torch.randn(1, 24, s, d, generator=g).to(torch.bfloat16)
+    y = mode_matrix("interleave", [d], dtype=torch.bfloat16)
+    sin = torch.randn(1, 1, s, d, generator=g).to(torch.bfloat16)
+    cos = torch.randn(1, 1, s, d, generator=g).to(torch.bfloat16)
+    out, rep = twin.run(x, y, sin, cos)
+    assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
+    torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+    _check_report(rep, 24 * s)
+    # 2880 rows over 40 vector cores: 72 each, in two steps per cube core.
+    assert {c["rows"] for c in rep["cores"] if c["type"] == "AIV"} == {72 * 24}
+
+
+@pytest.mark.parametrize("dt", ["bf16", "fp16"])
+def test_twin_dense_y_within_tolerance(dt):
+    g = torch.Generator().manual_seed(2)
+    dtype = DT[dt]
+    x = torch.randn(1, 3, 41, 64, generator=g).to(dtype)
+    y = (torch.randn(64, 64, generator=g) / 8).to(dtype)
+    sin = torch.randn(41, 64, generator=g).to(dtype)
+    cos = torch.randn(41, 64, generator=g).to(dtype)
+    out, _ = twin.run(x, y, sin, cos)
+    tol = {"bf16": dict(rtol=1.6e-2, atol=2e-2), "fp16": dict(rtol=2e-3, atol=2e-3)}[dt]
+    torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), **tol)
+    torch.testing.assert_close(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos), **tol)
+
+
+def test_twin_fp32_x():
+    x, y, sin, cos = _inputs("bnsd", 3, 41, "d64", "fp32", "x", "half", 0)
+    out, rep = twin.run(x, y, sin, cos)
+    torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+    _check_report(rep, x.numel() // x.shape[-1])
+
+
+def test_twin_views_honour_offsets_and_strides():
+    g = torch.Generator().manual_seed(3)
+    big = torch.randn(3, 2, 41, 128, generator=g).to(torch.bfloat16)
+    y = mode_matrix("half", [128], dtype=torch.bfloat16)
+    sin = torch.randn(41, 128, generator=g).to(torch.bfloat16)
+    cos = torch.randn(41, 128, generator=g).to(torch.bfloat16)
+    for x in (big[1:], big[:, :, 1:40], big.transpose(1, 2).contiguous().transpose(1, 2)):
+        out, _ = twin.run(x, y, sin[: x.shape[2]], cos[: x.shape[2]])
+        torch.testing.assert_close(out, rope_matrix_reference(x, y, sin[: x.shape[2]], cos[: x.shape[2]]), rtol=0, atol=0)
+
+
+def test_twin_float_y_exact_and_mixed_table_dtypes():
+    x, y, sin, cos = _inputs("bnsd", 3, 41, "d128", "bf16", "x", "half", 0)
+    out, _ = twin.run(x, y.float(), sin, cos.float())
+    torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)

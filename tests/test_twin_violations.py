@@ -1,0 +1,119 @@
+"""The twin stops every misuse class with exactly the expected rule (and never hangs).
+
+Kernel misuse comes from TEST-ONLY broken kernels compiled into the twin module only
+(twin/test_kernels/broken_kernels.cpp); tiling misuse from the production kernel run with a
+deliberately broken tiling (the original operator's split, an oversized UB chunk).
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from npu_ops_transformer_ext.reference import mode_matrix
+
+twin = pytest.importorskip("npu_ops_transformer_ext.twin")
+
+
+def _inputs(b=1, n=3, s=41, d=128, dtype=torch.bfloat16):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(b, n, s, d, generator=g).to(dtype)
+    y = mode_matrix("half", [d], dtype=dtype)
+    sin = torch.randn(s, d, generator=g).to(dtype)
+    cos = torch.randn(s, d, generator=g).to(dtype)
+    return x, y, sin, cos
+
+
+KERNEL_VARIANTS = [
+    ("test_only_vector_op_on_cube", "cube-core-vector-op", "AIC_"),
+    ("test_only_datacopy_unaligned_length", "datacopy-align", "AIV_"),
+    ("test_only_ub_unaligned_address", "ub-align", "AIV_"),
+    ("test_only_cast_none_to_bf16", "cast-illegal", "AIV_"),
+    ("test_only_deque_empty", "que-deque-empty", "AIV_"),
+    ("test_only_alloc_past_depth", "que-alloc-exhausted", "AIV_"),
+    ("test_only_use_after_free", "use-after-free", "AIV_"),
+    ("test_only_flag_overflow", "flag-counter-overflow", "AIC_"),
+    ("test_only_deadlock", "deadlock", "all cores"),
+    ("test_only_flag_unbalanced", "flag-unbalanced", "AIV_"),
+]
+
+
+def test_every_test_only_variant_is_covered():
+    assert sorted(twin._twin.test_only_variants()) == sorted(v for v, _, _ in KERNEL_VARIANTS)
+
+
+@pytest.mark.parametrize("variant,rule,core", KERNEL_VARIANTS, ids=[v for v, _, _ in KERNEL_VARIANTS])
+def test_broken_kernel_raises_expected_rule(variant, rule, core):
+    d = 44 if variant == "test_only_datacopy_unaligned_length" else 128
+    x, y, sin, cos = _inputs(d=d)
+    t0 = time.monotonic()
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", variant=variant)
+    assert time.monotonic() - t0 < 30, "the twin must stop, not hang"
+    assert ei.value.rule == rule, str(ei.value)
+    assert ei.value.core.startswith(core), str(ei.value)
+    assert f"[{rule}]" in str(ei.value)
+
+
+def test_deadlock_report_names_the_waiting_core_and_flag():
+    x, y, sin, cos = _inputs()
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", variant="test_only_deadlock")
+    assert "AIC_0 on flag 6" in str(ei.value)
+
+
+def test_original_split_reads_past_the_tables():
+    # The original operator split S as ceil(S / cores) per core: with S = 41 over 20 cube cores the
+    # last cores get rows past S (its unsigned-underflow defect). Our kernel with that split must
+    # be stopped at the first out-of-bounds GM access.
+    x, y, sin, cos = _inputs(s=41)
+    t = twin.tiling(3, 41, 1, 128)
+    patch = {"sBase": -(-41 // t["blockDim"]), "sRem": 0}
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", tiling_patch=patch)
+    assert ei.value.rule == "gm-out-of-bounds", str(ei.value)
+
+
+def test_oversized_chunk_is_ub_over_budget():
+    x, y, sin, cos = _inputs(s=1521)
+    t = twin.tiling(3, 1521, 1, 128)
+    assert t["chunkRows"] == 39  # 1521 rows / 20 cube cores -> 77 rows -> 39 per vector core
+    big = t["ubBudget"] // (twin._twin.ub_bytes_per_element(2, 2) * t["dPad"]) + 1
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", tiling_patch={"chunkRows": big})
+    assert ei.value.rule == "ub-over-budget", str(ei.value)
+    assert str(twin._twin.UB_USABLE_BYTES) in str(ei.value)
+
+
+def test_blockdim_over_core_count_is_rejected():
+    x, y, sin, cos = _inputs(s=1521)
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", tiling_patch={"blockDim": 24})
+    assert ei.value.rule == "block-dim"
+
+
+def test_runaway_loop_is_stopped():
+    x, y, sin, cos = _inputs(s=41)
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", op_limit=50)
+    assert ei.value.rule == "runaway"
+
+
+# ---- NPU limits of the launcher (same code on NPU and twin): ValueError/TypeError with the values --
+
+
+def test_npu_limits_name_argument_and_values():
+    x, y, sin, cos = _inputs(d=128)
+    with pytest.raises(TypeError, match="x must have dtype BFloat16, Half or Float on the NPU, got Double"):
+        twin.run(x.double(), y.double(), sin.double(), cos.double())
+    xs = torch.randn(1, 2, 5, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"D = x.size\(-1\) must be >= 16, got 8"):
+        twin.run(xs, torch.eye(8, dtype=torch.bfloat16), xs[0, 0], xs[0, 0])
+    with pytest.raises(ValueError, match=r"sin \[1, 3, 41, 128\] varies along 2 dims"):
+        twin.run(x, y, sin.expand(1, 3, 41, 128).contiguous(), cos)
+    dense = torch.full((128, 128), 1.0 / 3.0)
+    with pytest.raises(ValueError, match="y has dtype Float with values not exactly representable in BFloat16"):
+        twin.run(x, dense, sin, cos)
+    with pytest.raises(ValueError, match=r"y must be \[D, D\] with D = x.size\(-1\) = 128, got \[64, 64\]"):
+        twin.run(x, torch.eye(64, dtype=torch.bfloat16), sin, cos)
