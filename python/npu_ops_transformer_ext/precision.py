@@ -1,0 +1,168 @@
+"""Precision check of rope_matrix, following the original operator's ``test_rope.py`` protocol.
+
+    python -m npu_ops_transformer_ext.precision            # [1, 24, 28800, 128] bf16, 1D/2D/3D x half/interleave
+    python -m npu_ops_transformer_ext.precision --small    # a CPU-CI sized run
+    python -m npu_ops_transformer_ext.precision --shape 1,40,32760,128 --dims 3d --modes interleave --table-dtype fp32
+
+For every case (RoPE dims 1D ``[D]``, 2D ``[D/2, D/2]``, 3D ``[44, 44, 40]`` (scaled for other D) x
+mode half/interleave) it runs the script's versions on the same BNSD x and tables:
+
+  v1  small ops: split, rotate_half / rotate_every_two, concat; in x's dtype, as the script did
+  v2  one rotate matrix per axis: ``x_i*cos_i + (x_i @ R_i)*sin_i``; in x's dtype
+  v3  one composed matrix, float32 math (the script's ``high_precision`` v3)
+  v4  the vendor fused op ``torch_npu.npu_rotary_mul`` (only when torch_npu and an NPU are present)
+  v5  this package's ``rope_matrix``
+
+and compares each with the float32 contract ``reference.rope_matrix_reference`` (fp32 math, one
+rounding to x's dtype). It prints the script's metric ``min(abs_err, rel_err).max()`` with
+``abs_err = |a - b|`` and ``rel_err = abs_err / (max(|a|, |b|) + 1e-8)``, the count of elements
+with a non-zero error, and the largest absolute error. The exit status is 1 when v5 exceeds
+``--threshold`` (default: one ulp of x's dtype, ``torch.finfo(dtype).eps``) in any case.
+
+Two weaknesses of the original script are fixed: sin and cos are distinct tables (real RoPE angles
+at random positions, not one random tensor passed twice), and the comparison is signed (the
+script compared ``|a|`` with ``|b|``, which hides sign errors).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+import torch
+
+from . import reference
+from .matrices import get_half_matrix, get_interleave_matrix
+from .tables import rope_nd
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DEFAULT_SHAPE = (1, 24, 28800, 128)
+SMALL_SHAPE = (1, 3, 97, 128)
+
+
+def sections_for(dims: str, d: int) -> List[int]:
+    """RoPE axis split of head dim d: 1D ``[d]``, 2D ``[d/2, d/2]``, 3D the seed's ``44+44+40``
+    for d = 128 (in general ``[e, e, d - 2e]`` with ``e = 2 * round(d * 11 / 64)``)."""
+    if dims == "1d":
+        return [d]
+    if dims == "2d":
+        return [d // 2, d // 2]
+    if dims == "3d":
+        e = 2 * round(d * 11 / 64)
+        return [e, e, d - 2 * e]
+    raise ValueError(f"dims must be 1d, 2d or 3d, got {dims!r}")
+
+
+def seed_metric(a: torch.Tensor, b: torch.Tensor):
+    """``(min(abs_err, rel_err).max(), count of non-zero errors, max abs_err)``, signed comparison."""
+    a, b = a.double(), b.double()
+    abs_err = (a - b).abs()
+    rel_err = abs_err / (torch.maximum(a.abs(), b.abs()) + 1e-8)
+    m = torch.minimum(abs_err, rel_err)
+    return float(m.max()), int((m > 0).sum()), float(abs_err.max())
+
+
+def _npu_available() -> bool:
+    try:
+        import torch_npu  # noqa: F401
+    except Exception:
+        return False
+    return hasattr(torch, "npu") and torch.npu.is_available()
+
+
+def _v4(x, sin, cos, mode, sections):
+    import torch_npu
+
+    sin4, cos4 = sin[None, None], cos[None, None]
+    if mode == "interleave" or len(sections) == 1:
+        return torch_npu.npu_rotary_mul(x, cos4, sin4, rotary_mode=mode)
+    parts = []
+    for xp, sp, cp in zip(x.split(sections, -1), sin4.split(sections, -1), cos4.split(sections, -1)):
+        parts.append(torch_npu.npu_rotary_mul(xp.contiguous(), cp.contiguous(), sp.contiguous(), rotary_mode=mode))
+    return torch.cat(parts, dim=-1)
+
+
+def _v5(x, mat, sin, cos):
+    return torch.ops.npu_ops_transformer_ext.rope_matrix(x, mat, sin, cos)
+
+
+def run_case(x, dims, mode, table_dtype, gen_seed, device, with_v4):
+    """Results ``{version: (metric, nonzero, max_abs)}`` for one (dims, mode) case."""
+    b, n, s, d = x.shape
+    sections = sections_for(dims, d)
+    g = torch.Generator().manual_seed(gen_seed)
+    pos = torch.randint(0, 1024, (s, len(sections)), generator=g)
+    t = rope_nd(pos, sections, mode=mode, dtype=table_dtype, device=device)
+    sin, cos = t.sin, t.cos
+    mat = t.mat.to(x.dtype)
+    build = get_half_matrix if mode == "half" else get_interleave_matrix
+    mats = [build(k, dtype=x.dtype, device=device) for k in sections]
+    golden = reference.rope_matrix_reference(x, mat, sin, cos)
+    outs = {
+        "v1": reference.rope_v1(x, sin, cos, mode, sections, compute_dtype=None),
+        "v2": reference.rope_v2(x, sin, cos, mats, compute_dtype=None),
+        "v3": reference.rope_v3(x, sin, cos, mat, compute_dtype=torch.float32),
+    }
+    if with_v4:
+        outs["v4"] = _v4(x, sin, cos, mode, sections)
+    outs["v5"] = _v5(x, mat, sin, cos)
+    return {k: seed_metric(v, golden) for k, v in outs.items()}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m npu_ops_transformer_ext.precision",
+        description="rope_matrix precision against the fp32 contract, seed test_rope.py protocol (v1..v5).",
+    )
+    p.add_argument("--shape", default=None, help="B,N,S,D of the BNSD x (default 1,24,28800,128)")
+    p.add_argument("--small", action="store_true", help=f"use {','.join(map(str, SMALL_SHAPE))} (CPU CI)")
+    p.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES))
+    p.add_argument("--table-dtype", default="same", choices=["same", "fp32"], help="sin/cos dtype (default: x's)")
+    p.add_argument("--dims", default="1d,2d,3d")
+    p.add_argument("--modes", default="half,interleave")
+    p.add_argument("--device", default="auto", help="auto (npu when torch_npu finds one, else cpu), cpu, npu")
+    p.add_argument("--threshold", type=float, default=None, help="max v5 metric (default: eps of --dtype)")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+
+    import npu_ops_transformer_ext  # noqa: F401  (registers the op)
+
+    if a.shape:
+        shape = tuple(int(v) for v in a.shape.split(","))
+        if len(shape) != 4:
+            p.error(f"--shape must be B,N,S,D, got {a.shape}")
+    else:
+        shape = SMALL_SHAPE if a.small else DEFAULT_SHAPE
+    dtype = _DTYPES[a.dtype]
+    table_dtype = dtype if a.table_dtype == "same" else torch.float32
+    npu = _npu_available()
+    device = ("npu" if npu else "cpu") if a.device == "auto" else a.device
+    with_v4 = npu and device.startswith("npu")
+    threshold = torch.finfo(dtype).eps if a.threshold is None else a.threshold
+
+    torch.manual_seed(a.seed)
+    x = torch.randn(shape, dtype=torch.float32).to(dtype).to(device)
+    print(f"rope_matrix precision: x {list(shape)} {a.dtype} BNSD, tables {str(table_dtype).split('.')[-1]}, "
+          f"device {device}, golden = fp32 contract rounded once, threshold(v5) = {threshold:g}")
+    print(f"{'case':<16}{'ver':<5}{'min(abs,rel).max':>18}{'nonzero':>12}{'max |a-b|':>14}")
+    failed = []
+    for i, dims in enumerate(a.dims.split(",")):
+        for j, mode in enumerate(a.modes.split(",")):
+            res = run_case(x, dims, mode, table_dtype, a.seed * 100 + i * 10 + j, device, with_v4)
+            for ver, (metric, nz, mx) in res.items():
+                flag = ""
+                if ver == "v5" and metric > threshold:
+                    flag = "  FAIL"
+                    failed.append(f"{dims}-{mode}")
+                print(f"{dims + '-' + mode:<16}{ver:<5}{metric:>18.6g}{nz:>12d}{mx:>14.6g}{flag}")
+    if not with_v4:
+        print("v4 (torch_npu.npu_rotary_mul) skipped: no torch_npu / NPU")
+    if failed:
+        print(f"FAILED: v5 above threshold in {', '.join(failed)}")
+        return 1
+    print("OK: v5 within threshold in every case")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
