@@ -60,8 +60,8 @@ RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t
   const uint64_t maxChunk = t.ubBudget / perRow;
   if (maxChunk == 0) {
     fail("D = ", p.d, " (row pitch ", t.dPad, ") needs ", perRow, " UB bytes per row, more than the UB budget of ",
-         t.ubBudget, " bytes; the largest D served with these dtypes is about ",
-         t.ubBudget / ub_bytes_per_element(p.xBytes, p.tableBytes));
+         t.ubBudget, " bytes; the largest D served with these dtypes is ",
+         t.ubBudget / ub_bytes_per_element(p.xBytes, p.tableBytes) / align * align);
   }
   if (p.d * p.xBytes > 2097151ull) fail("row of ", p.d * p.xBytes, " bytes exceeds DataCopyPad's 2097151-byte block");
   const uint64_t gap = (p.inner - 1) * p.d * p.xBytes;

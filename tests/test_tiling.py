@@ -111,7 +111,7 @@ def test_no_32bit_overflow_beyond_2_pow_31_elements():
     "args,match",
     [
         (dict(d=8), r"D = 8 is below the minimum 16"),
-        (dict(d=8192), r"D = 8192 \(row pitch 8192\) needs 294912 UB bytes per row, more than the UB budget of 188160"),
+        (dict(d=8192), r"D = 8192 \(row pitch 8192\) needs 294912 UB bytes per row, more than the UB budget of 188160 bytes; the largest D served with these dtypes is 5216"),
         (dict(soc="Ascend310P"), r"unknown SoC 'Ascend310P'"),
         (dict(s=0), r"empty problem"),
     ],
@@ -129,3 +129,12 @@ def test_max_block_dim_caps_cores():
     assert t["blockDim"] == 4
     cube, vec = _rows(t)
     assert sorted(r for rows in vec.values() for r in rows) == list(range(1000))
+
+
+@pytest.mark.parametrize("x_dtype,table_dtype,dmax", [("bfloat16", "bfloat16", 5216), ("float16", "float32", 5216),
+                                                      ("float32", "float32", 3920)])
+def test_largest_d_is_served_and_one_more_is_refused(x_dtype, table_dtype, dmax):
+    t = twin.tiling(1, 16, 1, dmax, x_dtype=x_dtype, table_dtype=table_dtype)
+    assert t["chunkRows"] == 1 and t["ubBytes"] <= UB_BUDGET
+    with pytest.raises(ValueError, match=f"the largest D served with these dtypes is {dmax}"):
+        twin.tiling(1, 16, 1, dmax + 1, x_dtype=x_dtype, table_dtype=table_dtype)
