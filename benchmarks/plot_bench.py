@@ -7,6 +7,8 @@ import argparse
 import csv
 from collections import defaultdict
 
+ORDER = ["rope_matrix", "compile_v1", "eager_v3", "eager_v1", "clone", "copy_"]
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -25,7 +27,7 @@ def main():
             data[row["mode"]][row["provider"]] = float(row["x_copy"] or "nan")
             meta = row
     modes = list(data)
-    providers = sorted({p for m in modes for p in data[m]}, key=lambda p: ["rope_matrix", "compile_v1", "eager_v3", "eager_v1", "clone", "copy_"].index(p) if p in ["rope_matrix", "compile_v1", "eager_v3", "eager_v1", "clone", "copy_"] else 99)
+    providers = [p for p in ORDER if any(p in data[m] for m in modes)]
     width = 0.8 / max(1, len(providers))
     fig, ax = plt.subplots(figsize=(9, 4))
     for i, p in enumerate(providers):
