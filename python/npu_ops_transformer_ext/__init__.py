@@ -20,7 +20,7 @@ from .matrices import (
     is_signed_permutation,
 )
 from .tables import RopeTables, RotaryEmbedding, rope_1d, rope_mrope, rope_nd
-from . import models  # noqa: F401  (model drop-ins; diffusers_patch is imported on demand)
+from . import models, parallel  # noqa: F401  (model drop-ins, sequence parallel; diffusers_patch and precision are imported on demand)
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,99 @@
+"""Sequence parallel: each rank's slice of the RoPE tables when the sequence S is sharded.
+
+RoPE is position-wise, so with x sharded along S a rank needs exactly the table rows of the
+positions it holds; ``rope_matrix`` on the local shard with the local tables gives the rows of the
+full result, bit for bit (the op does the same fp32 arithmetic per element). Two splits:
+
+* ``"contiguous"``: rank r holds positions ``[r*L, (r+1)*L)`` with ``L = S / world_size``
+  (Ulysses / Wan's ``xdit_context_parallel``).
+* ``"zigzag"``: S is cut into ``2 * world_size`` chunks of ``C = S / (2 * world_size)`` and rank r
+  holds chunks ``r`` and ``2 * world_size - 1 - r``, in that order: the load-balanced split of
+  causal context-parallel (ring) attention, where early chunks are cheap and late ones costly.
+
+    idx = shard_indices(S, world, rank, "zigzag")      # global positions of the local rows
+    x_local = shard(x, world, rank, dim=2, mode="zigzag")
+    cos_l, sin_l = shard_tables(cos, sin, world, rank, seq_dim=-2, mode="zigzag")
+    out_local = rope_matrix(x_local, mat, sin_l, cos_l)
+    out = unshard(all_gathered_parts, dim=2, mode="zigzag")    # back to position order
+
+``pad_tables`` extends tables with the identity (cos 1, sin 0) when S was padded to a multiple of
+the world size, as Wan pads its freqs with ones.
+"""
+from __future__ import annotations
+
+from typing import List, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["shard_indices", "shard", "shard_tables", "unshard", "pad_tables", "MODES"]
+
+MODES = ("contiguous", "zigzag")
+
+
+def _chunks(seq_len: int, world_size: int, rank: int, mode: str) -> List[Tuple[int, int]]:
+    """(start, length) pieces of the global sequence held by ``rank``, in local order."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got rank {rank}, world_size {world_size}")
+    parts = world_size if mode == "contiguous" else 2 * world_size
+    if seq_len % parts:
+        raise ValueError(
+            f"{mode} split: sequence length {seq_len} must be a multiple of {parts} "
+            f"({'world_size' if mode == 'contiguous' else '2 * world_size'}); pad it (pad_tables) first"
+        )
+    c = seq_len // parts
+    if mode == "contiguous":
+        return [(rank * c, c)]
+    return [(rank * c, c), ((2 * world_size - 1 - rank) * c, c)]
+
+
+def shard_indices(seq_len: int, world_size: int, rank: int, mode: str = "contiguous") -> Tensor:
+    """int64 global positions of the rows ``rank`` holds, in local order."""
+    return torch.cat([torch.arange(s, s + n) for s, n in _chunks(seq_len, world_size, rank, mode)])
+
+
+def shard(t: Tensor, world_size: int, rank: int, dim: int, mode: str = "contiguous") -> Tensor:
+    """``rank``'s rows of ``t`` along ``dim`` (a view for contiguous, a copy for zigzag). A size-1
+    ``dim`` (a table broadcast along the sequence) is returned unchanged."""
+    if t.shape[dim] == 1:
+        return t
+    pieces = [t.narrow(dim, s, n) for s, n in _chunks(t.shape[dim], world_size, rank, mode)]
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=dim)
+
+
+def shard_tables(cos: Tensor, sin: Tensor, world_size: int, rank: int, seq_dim: int = -2, mode: str = "contiguous"):
+    """``(cos_local, sin_local)``: the rows of the tables for ``rank``'s positions. ``seq_dim`` is
+    the table's sequence dim: -2 for ``[S, D]`` / ``[1, 1, S, D]`` (BNSD), -3 for ``[S, 1, D]`` /
+    ``[1, S, 1, D]`` (BSND)."""
+    return shard(cos, world_size, rank, seq_dim, mode), shard(sin, world_size, rank, seq_dim, mode)
+
+
+def unshard(parts: Sequence[Tensor], dim: int, mode: str = "contiguous") -> Tensor:
+    """Inverse of ``shard``: the ranks' shards (in rank order, e.g. from ``all_gather``) back in
+    position order along ``dim``."""
+    world = len(parts)
+    if mode == "contiguous":
+        return torch.cat(list(parts), dim=dim)
+    if mode != "zigzag":
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    firsts, seconds = [], []
+    for p in parts:
+        a, b = p.chunk(2, dim=dim)
+        firsts.append(a)
+        seconds.append(b)
+    return torch.cat(firsts + seconds[::-1], dim=dim)
+
+
+def pad_tables(cos: Tensor, sin: Tensor, seq_len: int, seq_dim: int = -2):
+    """Extend tables along ``seq_dim`` to ``seq_len`` rows with the identity (cos 1, sin 0), so
+    padding tokens pass through ``rope_matrix`` unchanged."""
+    n = cos.shape[seq_dim]
+    if n >= seq_len:
+        return cos, sin
+    shape = list(cos.shape)
+    shape[seq_dim] = seq_len - n
+    one = torch.ones(shape, dtype=cos.dtype, device=cos.device)
+    zero = torch.zeros(shape, dtype=sin.dtype, device=sin.device)
+    return torch.cat([cos, one], dim=seq_dim), torch.cat([sin, zero], dim=seq_dim)
