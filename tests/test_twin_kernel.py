@@ -117,6 +117,21 @@ def test_twin_seed_shape_reduced_s():
     _check_report(rep, 24 * s)
     # 2880 rows over 40 vector cores: 72 each, in two steps per cube core.
     assert {c["rows"] for c in rep["cores"] if c["type"] == "AIV"} == {72 * 24}
+    # GM traffic (docs/kernel.md): x read by cube and vector, x@y written and read once through
+    # the workspace, out written once, every table row read once, y once per cube core.
+    xb = x.numel() * 2
+    tot = {}
+    for c in rep["cores"]:
+        for kind in ("gm_read", "gm_write"):
+            for name, n in c[kind].items():
+                tot[(c["type"], kind, name)] = tot.get((c["type"], kind, name), 0) + n
+    assert tot == {
+        ("AIC", "gm_read", "x"): xb, ("AIC", "gm_read", "y"): 20 * d * d * 2,
+        ("AIC", "gm_write", "workspace"): xb,
+        ("AIV", "gm_read", "x"): xb, ("AIV", "gm_read", "workspace"): xb,
+        ("AIV", "gm_read", "sin"): s * d * 2, ("AIV", "gm_read", "cos"): s * d * 2,
+        ("AIV", "gm_write", "out"): xb,
+    }
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
