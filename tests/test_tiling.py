@@ -4,6 +4,7 @@ The row assignment is recomputed here from the documented split (inc/rope_matrix
 checked for coverage: every S row belongs to exactly one vector core, each cube core's rows are
 exactly the union of its two vector cores' rows.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -48,7 +49,9 @@ def test_every_row_exactly_once(soc, aic):
         assert all_rows == list(range(s)), f"S={s}: rows not covered exactly once"
         for b, rows in cube.items():
             assert rows, f"S={s}: cube core {b} has no rows"
-            assert sorted(vec[2 * b] + vec[2 * b + 1]) == rows, f"S={s}: cube {b} != union of its vector cores"
+            assert sorted(vec[2 * b] + vec[2 * b + 1]) == rows, (
+                f"S={s}: cube {b} != union of its vector cores"
+            )
         counts = [len(r) for r in vec.values()]
         assert max(counts) - min(counts) <= t["chunkRows"] + 1, s
         cube_counts = [len(r) for r in cube.values()]
@@ -56,30 +59,53 @@ def test_every_row_exactly_once(soc, aic):
 
 
 @pytest.mark.parametrize("d", [16, 40, 44, 64, 128, 130, 256, 512, 1024, 3072])
-@pytest.mark.parametrize("x_dtype,table_dtype", [("bfloat16", "bfloat16"), ("bfloat16", "float32"),
-                                                 ("float16", "float16"), ("float32", "float32")])
+@pytest.mark.parametrize(
+    "x_dtype,table_dtype",
+    [
+        ("bfloat16", "bfloat16"),
+        ("bfloat16", "float32"),
+        ("float16", "float16"),
+        ("float32", "float32"),
+    ],
+)
 def test_ub_within_budget_and_aligned(d, x_dtype, table_dtype):
     t = twin.tiling(24, 28800, 1, d, x_dtype=x_dtype, table_dtype=table_dtype)
     xb = 4 if x_dtype == "float32" else 2
     tb = 4 if table_dtype == "float32" else xb
     assert t["ubBudget"] == UB_BUDGET
     assert t["xBytes"] == xb and t["tableBytes"] == tb
-    assert t["dPad"] >= d and (t["dPad"] * xb) % 32 == 0 and (t["dPad"] * tb) % 32 == 0 and (t["dPad"] * 4) % 32 == 0
+    assert (
+        t["dPad"] >= d
+        and (t["dPad"] * xb) % 32 == 0
+        and (t["dPad"] * tb) % 32 == 0
+        and (t["dPad"] * 4) % 32 == 0
+    )
     assert t["dPad"] - d < 32 // min(xb, tb)
     assert t["chunkRows"] >= 1
-    assert t["ubBytes"] == _twin.ub_bytes_per_element(xb, tb) * t["dPad"] * t["chunkRows"] <= UB_BUDGET
+    assert (
+        t["ubBytes"] == _twin.ub_bytes_per_element(xb, tb) * t["dPad"] * t["chunkRows"] <= UB_BUDGET
+    )
     # the chunk is the largest the budget allows (or all the rows a vector core can get)
     per_row = _twin.ub_bytes_per_element(xb, tb) * t["dPad"]
     assert t["chunkRows"] == min(UB_BUDGET // per_row, -(-(28800 // 20) // 2), 4095)
     c = t["cube"]
     assert c["M"] == c["singleCoreM"] == 2 * t["chunkRows"] and c["N"] == c["Ka"] == d
     assert c["baseM"] % 16 == 0 and c["baseN"] % 16 == 0 and c["baseK"] % 8 == 0
-    assert c["baseM"] * c["baseK"] * xb * c["dbL0A"] <= 65536 and c["baseM"] * c["baseN"] * 4 * c["dbL0C"] <= 131072
+    assert (
+        c["baseM"] * c["baseK"] * xb * c["dbL0A"] <= 65536
+        and c["baseM"] * c["baseN"] * 4 * c["dbL0C"] <= 131072
+    )
 
 
 def test_seed_shape_fields():
     t = twin.tiling(24, 28800, 1, 128)
-    assert (t["blockDim"], t["sBase"], t["sRem"], t["chunkRows"], t["dPad"]) == (20, 1440, 0, 40, 128)
+    assert (t["blockDim"], t["sBase"], t["sRem"], t["chunkRows"], t["dPad"]) == (
+        20,
+        1440,
+        0,
+        40,
+        128,
+    )
     assert t["ubBytes"] == 36 * 128 * 40 == 184320
     assert t["headStride"] == 2 * 40 * 128 and t["slotElems"] == 24 * t["headStride"]
     assert t["userWorkspace"] == 20 * 2 * t["slotElems"] * 2
@@ -110,14 +136,18 @@ def test_no_32bit_overflow_beyond_2_pow_31_elements():
 @pytest.mark.parametrize(
     "args,match",
     [
-        (dict(d=8), r"D = 8 is below the minimum 16"),
-        (dict(d=8192), r"D = 8192 \(row pitch 8192\) needs 294912 UB bytes per row, more than the UB budget of 188160 bytes; the largest D served with these dtypes is 5216"),
-        (dict(soc="Ascend310P"), r"unknown SoC 'Ascend310P'"),
-        (dict(s=0), r"empty problem"),
+        ({"d": 8}, r"D = 8 is below the minimum 16"),
+        (
+            {"d": 8192},
+            r"D = 8192 \(row pitch 8192\) needs 294912 UB bytes per row, more than the UB budget "
+            r"of 188160 bytes; the largest D served with these dtypes is 5216",
+        ),
+        ({"soc": "Ascend310P"}, r"unknown SoC 'Ascend310P'"),
+        ({"s": 0}, r"empty problem"),
     ],
 )
 def test_impossible_shapes_fail_loudly_with_numbers(args, match):
-    kw = dict(outer=1, s=16, inner=1, d=128)
+    kw = {"outer": 1, "s": 16, "inner": 1, "d": 128}
     kw.update(args)
     soc = kw.pop("soc", "Ascend910B3")
     with pytest.raises(ValueError, match=match):
@@ -127,12 +157,14 @@ def test_impossible_shapes_fail_loudly_with_numbers(args, match):
 def test_max_block_dim_caps_cores():
     t = twin.tiling(1, 1000, 1, 64, max_block_dim=4)
     assert t["blockDim"] == 4
-    cube, vec = _rows(t)
+    _cube, vec = _rows(t)
     assert sorted(r for rows in vec.values() for r in rows) == list(range(1000))
 
 
-@pytest.mark.parametrize("x_dtype,table_dtype,dmax", [("bfloat16", "bfloat16", 5216), ("float16", "float32", 5216),
-                                                      ("float32", "float32", 3920)])
+@pytest.mark.parametrize(
+    "x_dtype,table_dtype,dmax",
+    [("bfloat16", "bfloat16", 5216), ("float16", "float32", 5216), ("float32", "float32", 3920)],
+)
 def test_largest_d_is_served_and_one_more_is_refused(x_dtype, table_dtype, dmax):
     t = twin.tiling(1, 16, 1, dmax, x_dtype=x_dtype, table_dtype=table_dtype)
     assert t["chunkRows"] == 1 and t["ubBytes"] <= UB_BUDGET

@@ -5,12 +5,12 @@ Every case runs the kernel source of op_kernel/ with the host tiling of op_host/
 twin's report (every output byte written exactly once, per-core rows as the tiling assigns them,
 UB within budget, flags balanced).
 """
+
 from __future__ import annotations
 
+import npu_ops_transformer_ext  # noqa: F401  (registers the ops)
 import pytest
 import torch
-
-import npu_ops_transformer_ext  # noqa: F401  (registers the ops)
 from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference
 
 twin = pytest.importorskip("npu_ops_transformer_ext.twin")
@@ -45,8 +45,17 @@ def _cases():
             tdt = tdts[(i // 2 + j) % 2]
             mode = MODES[(i + 3 * j) % 4]
             form = (i + j) % 2
-            yield pytest.param(layout, bn, s, split, dt, tdt, mode, form,
-                               id=f"{layout}-bn{bn}-s{s}-{split}-{dt}-tab_{tdt}-{mode}-form{form}")
+            yield pytest.param(
+                layout,
+                bn,
+                s,
+                split,
+                dt,
+                tdt,
+                mode,
+                form,
+                id=f"{layout}-bn{bn}-s{s}-{split}-{dt}-tab_{tdt}-{mode}-form{form}",
+            )
 
 
 def _inputs(layout, bn, s, split, dt, tdt, mode, form, seed=0):
@@ -64,7 +73,9 @@ def _inputs(layout, bn, s, split, dt, tdt, mode, form, seed=0):
 
 def _check_report(rep, x_rows_total):
     t = rep["tiling"]
-    assert rep["out_write_count_min"] == 1 and rep["out_write_count_max"] == 1, "every output byte exactly once"
+    assert rep["out_write_count_min"] == 1 and rep["out_write_count_max"] == 1, (
+        "every output byte exactly once"
+    )
     aiv = [c for c in rep["cores"] if c["type"] == "AIV"]
     aic = [c for c in rep["cores"] if c["type"] == "AIC"]
     assert len(aic) == t["blockDim"] and len(aiv) == 2 * t["blockDim"]
@@ -73,7 +84,9 @@ def _check_report(rep, x_rows_total):
     for c in aic:  # each cube core multiplied exactly the rows its two vector cores wrote
         pair = [v for v in aiv if v["block"] == c["block"]]
         assert c["rows"] == sum(v["rows"] for v in pair)
-        assert c["flags_set"] == c["flags_waited"] == pair[0]["flags_set"] == pair[1]["flags_waited"]
+        assert (
+            c["flags_set"] == c["flags_waited"] == pair[0]["flags_set"] == pair[1]["flags_waited"]
+        )
     for c in aiv:
         assert c["ub_peak_bytes"] == t["ubBytes"] <= t["ubBudget"]
 
@@ -93,7 +106,9 @@ def test_twin_bit_exact(layout, bn, s, split, dt, tdt, mode, form):
     _check_report(rep, x.numel() // x.shape[-1])
 
 
-@pytest.mark.parametrize("soc,cubes", [("Ascend910B1", 24), ("Ascend910B2", 24), ("Ascend910B4", 20)])
+@pytest.mark.parametrize(
+    "soc,cubes", [("Ascend910B1", 24), ("Ascend910B2", 24), ("Ascend910B4", 20)]
+)
 def test_twin_core_counts_from_platform(soc, cubes):
     x, y, sin, cos = _inputs("bnsd", 3, 1521, "d128", "bf16", "x", "half", 1)
     out, rep = twin.run(x, y, sin, cos, soc=soc)
@@ -126,10 +141,13 @@ def test_twin_seed_shape_reduced_s():
             for name, n in c[kind].items():
                 tot[(c["type"], kind, name)] = tot.get((c["type"], kind, name), 0) + n
     assert tot == {
-        ("AIC", "gm_read", "x"): xb, ("AIC", "gm_read", "y"): 20 * d * d * 2,
+        ("AIC", "gm_read", "x"): xb,
+        ("AIC", "gm_read", "y"): 20 * d * d * 2,
         ("AIC", "gm_write", "workspace"): xb,
-        ("AIV", "gm_read", "x"): xb, ("AIV", "gm_read", "workspace"): xb,
-        ("AIV", "gm_read", "sin"): s * d * 2, ("AIV", "gm_read", "cos"): s * d * 2,
+        ("AIV", "gm_read", "x"): xb,
+        ("AIV", "gm_read", "workspace"): xb,
+        ("AIV", "gm_read", "sin"): s * d * 2,
+        ("AIV", "gm_read", "cos"): s * d * 2,
         ("AIV", "gm_write", "out"): xb,
     }
 
@@ -143,9 +161,11 @@ def test_twin_dense_y_within_tolerance(dt):
     sin = torch.randn(41, 64, generator=g).to(dtype)
     cos = torch.randn(41, 64, generator=g).to(dtype)
     out, _ = twin.run(x, y, sin, cos)
-    tol = {"bf16": dict(rtol=1.6e-2, atol=2e-2), "fp16": dict(rtol=2e-3, atol=2e-3)}[dt]
+    tol = {"bf16": {"rtol": 1.6e-2, "atol": 2e-2}, "fp16": {"rtol": 2e-3, "atol": 2e-3}}[dt]
     torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), **tol)
-    torch.testing.assert_close(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos), **tol)
+    torch.testing.assert_close(
+        out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos), **tol
+    )
 
 
 def test_twin_fp32_x():
@@ -163,7 +183,9 @@ def test_twin_views_honour_offsets_and_strides():
     cos = torch.randn(41, 128, generator=g).to(torch.bfloat16)
     for x in (big[1:], big[:, :, 1:40], big.transpose(1, 2).contiguous().transpose(1, 2)):
         out, _ = twin.run(x, y, sin[: x.shape[2]], cos[: x.shape[2]])
-        torch.testing.assert_close(out, rope_matrix_reference(x, y, sin[: x.shape[2]], cos[: x.shape[2]]), rtol=0, atol=0)
+        torch.testing.assert_close(
+            out, rope_matrix_reference(x, y, sin[: x.shape[2]], cos[: x.shape[2]]), rtol=0, atol=0
+        )
 
 
 def test_twin_float_y_exact_and_mixed_table_dtypes():

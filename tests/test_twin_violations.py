@@ -4,13 +4,13 @@ Kernel misuse comes from TEST-ONLY broken kernels compiled into the twin module 
 (twin/test_kernels/broken_kernels.cpp); tiling misuse from the production kernel run with a
 deliberately broken tiling (the original operator's split, an oversized UB chunk).
 """
+
 from __future__ import annotations
 
 import time
 
 import pytest
 import torch
-
 from npu_ops_transformer_ext.reference import mode_matrix
 
 twin = pytest.importorskip("npu_ops_transformer_ext.twin")
@@ -43,7 +43,9 @@ def test_every_test_only_variant_is_covered():
     assert sorted(twin._twin.test_only_variants()) == sorted(v for v, _, _ in KERNEL_VARIANTS)
 
 
-@pytest.mark.parametrize("variant,rule,core", KERNEL_VARIANTS, ids=[v for v, _, _ in KERNEL_VARIANTS])
+@pytest.mark.parametrize(
+    "variant,rule,core", KERNEL_VARIANTS, ids=[v for v, _, _ in KERNEL_VARIANTS]
+)
 def test_broken_kernel_raises_expected_rule(variant, rule, core):
     d = 44 if variant == "test_only_datacopy_unaligned_length" else 128
     x, y, sin, cos = _inputs(d=d)
@@ -100,12 +102,14 @@ def test_runaway_loop_is_stopped():
     assert ei.value.rule == "runaway"
 
 
-# ---- NPU limits of the launcher (same code on NPU and twin): ValueError/TypeError with the values --
+# ---- NPU limits of the launcher (same code on NPU and twin): ValueError/TypeError, values named
 
 
 def test_npu_limits_name_argument_and_values():
     x, y, sin, cos = _inputs(d=128)
-    with pytest.raises(TypeError, match="x must have dtype BFloat16, Half or Float on the NPU, got Double"):
+    with pytest.raises(
+        TypeError, match="x must have dtype BFloat16, Half or Float on the NPU, got Double"
+    ):
         twin.run(x.double(), y.double(), sin.double(), cos.double())
     xs = torch.randn(1, 2, 5, 8, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"D = x.size\(-1\) must be >= 16, got 8"):
@@ -113,7 +117,11 @@ def test_npu_limits_name_argument_and_values():
     with pytest.raises(ValueError, match=r"sin \[1, 3, 41, 128\] varies along 2 dims"):
         twin.run(x, y, sin.expand(1, 3, 41, 128).contiguous(), cos)
     dense = torch.full((128, 128), 1.0 / 3.0)
-    with pytest.raises(ValueError, match="y has dtype Float with values not exactly representable in BFloat16"):
+    with pytest.raises(
+        ValueError, match="y has dtype Float with values not exactly representable in BFloat16"
+    ):
         twin.run(x, dense, sin, cos)
-    with pytest.raises(ValueError, match=r"y must be \[D, D\] with D = x.size\(-1\) = 128, got \[64, 64\]"):
+    with pytest.raises(
+        ValueError, match=r"y must be \[D, D\] with D = x.size\(-1\) = 128, got \[64, 64\]"
+    ):
         twin.run(x, torch.eye(64, dtype=torch.bfloat16), sin, cos)

@@ -18,6 +18,7 @@ the core, the rule and the values.
 Importing this module needs the compiled ``_twin`` extension (built by the normal build);
 ``import npu_ops_transformer_ext`` does not.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,10 +27,15 @@ import torch
 
 from . import _twin
 
-__all__ = ["run", "tiling", "TwinError", "SOCS"]
+__all__ = ["SOCS", "TwinError", "run", "tiling"]
 
 #: SoCs whose core counts the twin knows (cube cores, vector cores).
-SOCS = {"Ascend910B1": (24, 48), "Ascend910B2": (24, 48), "Ascend910B3": (20, 40), "Ascend910B4": (20, 40)}
+SOCS = {
+    "Ascend910B1": (24, 48),
+    "Ascend910B2": (24, 48),
+    "Ascend910B3": (20, 40),
+    "Ascend910B4": (20, 40),
+}
 
 
 class TwinError(RuntimeError):
@@ -37,7 +43,8 @@ class TwinError(RuntimeError):
 
     Attributes:
         rule: short stable identifier of the rule (e.g. ``"gm-out-of-bounds"``, ``"deadlock"``).
-        core: the simulated core, ``"AIC_<b>"`` or ``"AIV_<2b+s>"`` (``"all cores"`` for a deadlock).
+        core: the simulated core, ``"AIC_<b>"`` or ``"AIV_<2b+s>"``
+            (``"all cores"`` for a deadlock).
     """
 
     def __init__(self, message: str, rule: str, core: str):
