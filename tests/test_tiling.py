@@ -139,8 +139,10 @@ def test_no_32bit_overflow_beyond_2_pow_31_elements():
         ({"d": 8}, r"D = 8 is below the minimum 16"),
         (
             {"d": 8192},
-            r"D = 8192 \(row pitch 8192\) needs 294912 UB bytes per row, more than the UB budget "
-            r"of 188160 bytes; the largest D served with these dtypes is 5216",
+            (
+                r"D = 8192 \(row pitch 8192\) needs 294912 UB bytes per row, more than the UB budget "
+                r"of 188160 bytes; the largest D served with these dtypes is 5216"
+            ),
         ),
         ({"soc": "Ascend310P"}, r"unknown SoC 'Ascend310P'"),
         ({"s": 0}, r"empty problem"),
