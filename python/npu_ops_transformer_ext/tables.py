@@ -224,6 +224,13 @@ def _positions(positions, offset, dtype) -> Tensor:
     return p + offset if offset else p
 
 
+def _seq_len(pos: Tensor, scaling) -> Optional[int]:
+    """Largest position + 1, read only for dynamic NTK (a host read; the other rules need none)."""
+    if scaling is None or _get(scaling, "type", "rope_type") != "dynamic" or not pos.numel():
+        return None
+    return int(pos.max().item()) + 1
+
+
 # ---- builders -----------------------------------------------------------------------------------
 
 
@@ -253,8 +260,7 @@ def rope_1d(
     if r <= 0 or r % 2 or r > head_dim:
         raise ValueError(f"rope_1d: rotary_dim must be even and in (0, head_dim={head_dim}], got {r}")
     pos = _positions(positions, offset, freqs_dtype)
-    seq_len = int(pos.max().item()) + 1 if pos.numel() else 0
-    inv, attn = rope_inv_freq(r, theta, scaling, seq_len=seq_len, dtype=freqs_dtype)
+    inv, attn = rope_inv_freq(r, theta, scaling, seq_len=_seq_len(pos, scaling), dtype=freqs_dtype)
     ang = _expand_pairs(pos.unsqueeze(-1) * inv, mode)
     return _finish(ang, head_dim, attn, dtype, device, rotate_matrix([r], head_dim, mode, mat_dtype))
 
@@ -370,8 +376,7 @@ def rope_mrope(
                 stream[(j % 3 == a) & (j < 3 * sections[a])] = a
     else:
         stream = torch.repeat_interleave(torch.arange(len(sections)), torch.tensor(sections))
-    seq_len = int(pos.max().item()) + 1 if pos.numel() else 0
-    inv, attn = rope_inv_freq(r, theta, scaling, seq_len=seq_len, dtype=freqs_dtype)
+    inv, attn = rope_inv_freq(r, theta, scaling, seq_len=_seq_len(pos, scaling), dtype=freqs_dtype)
     # pos: [n, ..., S] -> per pair [..., S, half_r] picking stream[j]
     per_pair = pos.movedim(0, -1)[..., stream]  # [..., S, half_r]
     ang = _expand_pairs(per_pair * inv, mode)
