@@ -3,12 +3,12 @@
 The reference for every gradient is torch autograd through the plain formula
 ``x * cos + (x @ y) * sin`` in float64, written here independently of the package.
 """
-import pytest
-import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import npu_ops_transformer_ext as ext
+import pytest
+import torch
 from npu_ops_transformer_ext import matrices
+from torch.utils._python_dispatch import TorchDispatchMode
 
 OPS = torch.ops.npu_ops_transformer_ext
 D = 12  # divisible by 4 (quarter) and splits into 3 axes of 4 (3D compose)
@@ -16,7 +16,9 @@ D = 12  # divisible by 4 (quarter) and splits into 3 axes of 4 (3D compose)
 
 def _partial(d, r):
     """Half rotation on the first r dims, zero rows/cols on the rest (pass-through tail)."""
-    return torch.block_diag(matrices.get_half_matrix(r, dtype=torch.float64), torch.zeros(d - r, d - r))
+    return torch.block_diag(
+        matrices.get_half_matrix(r, dtype=torch.float64), torch.zeros(d - r, d - r)
+    )
 
 
 MATS = {
@@ -28,7 +30,9 @@ MATS = {
         *[matrices.get_half_matrix(4, dtype=torch.float64)] * 3
     ),
     "partial": lambda: _partial(D, 8),
-    "dense": lambda: torch.randn(D, D, dtype=torch.float64, generator=torch.Generator().manual_seed(1)),
+    "dense": lambda: torch.randn(
+        D, D, dtype=torch.float64, generator=torch.Generator().manual_seed(1)
+    ),
 }
 
 B, N, S = 2, 2, 3
@@ -96,8 +100,8 @@ def test_grads_match_plain_autograd(mat):
     ours = torch.autograd.grad(ext.rope_matrix(*ins), ins, g)
     ref_ins = [t.clone().requires_grad_() for t in (x, y, sin, cos)]
     refs = torch.autograd.grad(_ref(*ref_ins), ref_ins, g)
-    for name, a, b in zip("x y sin cos".split(), ours, refs):
-        torch.testing.assert_close(a, b, msg=lambda m: f"d{name}: {m}")
+    for name, a, b in zip(["x", "y", "sin", "cos"], ours, refs):
+        torch.testing.assert_close(a, b, msg=lambda m, name=name: f"d{name}: {m}")
 
 
 class _OpLog(TorchDispatchMode):
@@ -167,7 +171,9 @@ def test_dx_low_precision_against_float64():
         xr = x.clone().requires_grad_()
         (dx,) = torch.autograd.grad(ext.rope_matrix(xr, y, sin4, cos4), xr, g)
         x64 = x.double().requires_grad_()
-        (ref,) = torch.autograd.grad(_ref(x64, y.double(), sin4.double(), cos4.double()), x64, g.double())
+        (ref,) = torch.autograd.grad(
+            _ref(x64, y.double(), sin4.double(), cos4.double()), x64, g.double()
+        )
         assert dx.dtype == dtype
         torch.testing.assert_close(dx.double(), ref, atol=1e-2, rtol=torch.finfo(dtype).eps)
 
@@ -237,7 +243,9 @@ def test_x_not_saved_when_tables_frozen():
     sin, cos = _rope_tables("half", 4, 8)
     x = torch.randn(2, 4, 8, requires_grad=True)
     saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+    with torch.autograd.graph.saved_tensors_hooks(
+        lambda t: saved.append(t.shape) or t, lambda t: t
+    ):
         ext.rope_matrix(x, y, sin, cos)
     assert torch.Size([2, 4, 8]) not in saved
 

@@ -1,10 +1,10 @@
 """A small attention block using the op compiles with fullgraph=True and matches eager, forward
 and backward (q/k/v from one fused projection: non-contiguous BNSD views, GQA, cached tables)."""
+
+import npu_ops_transformer_ext as ext
 import pytest
 import torch
 import torch.nn.functional as F
-
-import npu_ops_transformer_ext as ext
 
 
 class Block(torch.nn.Module):

@@ -1,16 +1,17 @@
 """Model drop-ins against each model's RoPE written here from its published formula, and (when the
 optional ``diffusers`` package is installed) against diffusers itself on tiny random models."""
+
 import importlib.util
 
 import pytest
 import torch
-
-import npu_ops_transformer_ext as ext
 from npu_ops_transformer_ext import models, tables
 
 F64 = torch.float64
 HAS_DIFFUSERS = importlib.util.find_spec("diffusers") is not None
-needs_diffusers = pytest.mark.skipif(not HAS_DIFFUSERS, reason="diffusers is not installed (optional)")
+needs_diffusers = pytest.mark.skipif(
+    not HAS_DIFFUSERS, reason="diffusers is not installed (optional)"
+)
 
 
 def _rot_pairs(x, cos_pairs, sin_pairs):
@@ -28,7 +29,9 @@ def _wan_freqs(d, max_len=64, theta=10000.0):
     """Wan's table: cat over (d-4(d//6), 2(d//6), 2(d//6)) of polar(1, outer(arange, theta^-(2j/dim))), complex128."""
     out = []
     for dim in (d - 4 * (d // 6), 2 * (d // 6), 2 * (d // 6)):
-        fr = 1.0 / torch.pow(torch.tensor(theta, dtype=F64), torch.arange(0, dim, 2, dtype=F64) / dim)
+        fr = 1.0 / torch.pow(
+            torch.tensor(theta, dtype=F64), torch.arange(0, dim, 2, dtype=F64) / dim
+        )
         ang = torch.outer(torch.arange(max_len, dtype=F64), fr)
         out.append(torch.polar(torch.ones_like(ang), ang))
     return torch.cat(out, dim=1)
@@ -71,7 +74,9 @@ def test_wan_rope_apply_per_sample_grids_and_padding(dtype):
     # out_dtype=None keeps x's dtype: the fp32 result rounded once
     same = models.wan_rope_apply(x, grids, freqs, out_dtype=None)
     assert same.dtype == dtype
-    torch.testing.assert_close(same.float(), want, rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps)
+    torch.testing.assert_close(
+        same.float(), want, rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps
+    )
 
 
 def test_wan_rope_apply_sequence_parallel_shards():
@@ -80,7 +85,10 @@ def test_wan_rope_apply_sequence_parallel_shards():
     grids = torch.tensor([[2, 2, 3]])  # 12 tokens, padded to 16 = 4 ranks x 4
     x = torch.randn(1, 16, 2, d)
     full = models.wan_rope_apply(x, grids, freqs)
-    shards = [models.wan_rope_apply(x[:, r * 4 : (r + 1) * 4], grids, freqs, sp_rank=r, sp_size=sp) for r in range(sp)]
+    shards = [
+        models.wan_rope_apply(x[:, r * 4 : (r + 1) * 4], grids, freqs, sp_rank=r, sp_size=sp)
+        for r in range(sp)
+    ]
     assert torch.equal(torch.cat(shards, dim=1), full)
 
 
@@ -105,14 +113,18 @@ def _rope3d(s_grid=(2, 3, 4), split=(16, 56, 56), theta=256.0, dtype=torch.float
 def test_hunyuan_apply_rotary_emb(head_first, dtype):
     cos, sin = _rope3d()
     s = cos.shape[0]
-    shape_q, shape_k = ((1, 4, s, 128), (1, 2, s, 128)) if head_first else ((1, s, 4, 128), (1, s, 2, 128))
+    shape_q, shape_k = (
+        ((1, 4, s, 128), (1, 2, s, 128)) if head_first else ((1, s, 4, 128), (1, s, 2, 128))
+    )
     xq, xk = torch.randn(shape_q).to(dtype), torch.randn(shape_k).to(dtype)
     oq, ok = models.hunyuan_apply_rotary_emb(xq, xk, (cos, sin), head_first=head_first)
     bc = (lambda t: t) if head_first else (lambda t: t[:, None])
     for o, x in ((oq, xq), (ok, xk)):
         want = _rot_pairs(x, bc(cos[:, 0::2]), bc(sin[:, 0::2]))
         assert o.dtype == dtype
-        torch.testing.assert_close(o.double(), want, rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps * 4)
+        torch.testing.assert_close(
+            o.double(), want, rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps * 4
+        )
     # the complex form of the same tables gives the same result
     cplx = torch.polar(torch.ones_like(cos[:, 0::2]), torch.atan2(sin[:, 0::2], cos[:, 0::2]))
     oq2, _ = models.hunyuan_apply_rotary_emb(xq, xk, cplx, head_first=head_first)
@@ -124,10 +136,22 @@ def test_hunyuan_apply_rotary_emb(head_first, dtype):
 def test_flux_apply_rope_2x2_form():
     b, h, L = 2, 3, 10
     ids = torch.randint(0, 5, (b, L, 3)).double()
-    ang = torch.cat([ids[..., a : a + 1] * (10000.0 ** (-torch.arange(0, d, 2, dtype=F64) / d))
-                     for a, d in enumerate(tables.FLUX_SPLIT)], -1)  # [B, L, 64]
-    rot = torch.stack([ang.cos(), -ang.sin(), ang.sin(), ang.cos()], -1).view(b, 1, L, 64, 2, 2).float()
-    xq, xk = torch.randn(b, h, L, 128, dtype=torch.bfloat16), torch.randn(b, 1, L, 128, dtype=torch.bfloat16)
+    ang = torch.cat(
+        [
+            ids[..., a : a + 1] * (10000.0 ** (-torch.arange(0, d, 2, dtype=F64) / d))
+            for a, d in enumerate(tables.FLUX_SPLIT)
+        ],
+        -1,
+    )  # [B, L, 64]
+    rot = (
+        torch.stack([ang.cos(), -ang.sin(), ang.sin(), ang.cos()], -1)
+        .view(b, 1, L, 64, 2, 2)
+        .float()
+    )
+    xq, xk = (
+        torch.randn(b, h, L, 128, dtype=torch.bfloat16),
+        torch.randn(b, 1, L, 128, dtype=torch.bfloat16),
+    )
     oq, ok = models.flux_apply_rope(xq, xk, rot)
     for o, x in ((oq, xq), (ok, xk)):
         xp = x.float().reshape(*x.shape[:-1], -1, 1, 2)
@@ -142,7 +166,9 @@ def test_apply_rotary_emb_real(sequence_dim, unbind):
     mode = "interleave" if unbind == -1 else "half"
     t = tables.rope_1d(s, d, mode=mode, dtype=F64)  # diffusers may hand float64 tables
     x = torch.randn((2, 3, s, d) if sequence_dim == 2 else (2, s, 3, d), dtype=torch.bfloat16)
-    out = models.apply_rotary_emb(x, (t.cos, t.sin), use_real_unbind_dim=unbind, sequence_dim=sequence_dim)
+    out = models.apply_rotary_emb(
+        x, (t.cos, t.sin), use_real_unbind_dim=unbind, sequence_dim=sequence_dim
+    )
     # golden: rotate x's pairs (adjacent or halves) in float64
     c = t.cos if sequence_dim == 2 else t.cos[:, None]
     sn = t.sin if sequence_dim == 2 else t.sin[:, None]
@@ -152,7 +178,7 @@ def test_apply_rotary_emb_real(sequence_dim, unbind):
     else:
         rot = torch.cat([-xf[..., d // 2 :], xf[..., : d // 2]], -1)
     want = xf * c + rot * sn
-    torch.testing.assert_close(out.double(), want, rtol=2 ** -8, atol=2 ** -8)
+    torch.testing.assert_close(out.double(), want, rtol=2**-8, atol=2**-8)
     with pytest.raises(ValueError):
         models.apply_rotary_emb(x, (t.cos, t.sin), sequence_dim=3)
 
@@ -162,7 +188,10 @@ def test_apply_rotary_emb_complex_and_qwen():
     ang = torch.randn(s, d // 2)
     freqs = torch.polar(torch.ones_like(ang), ang)  # complex64, as Qwen-Image builds it
     x = torch.randn(b, s, h, d)
-    want = torch.view_as_real(torch.view_as_complex(x.double().reshape(b, s, h, -1, 2)) * freqs.to(torch.complex128)[:, None]).flatten(3)
+    want = torch.view_as_real(
+        torch.view_as_complex(x.double().reshape(b, s, h, -1, 2))
+        * freqs.to(torch.complex128)[:, None]
+    ).flatten(3)
     out = models.apply_rotary_emb_qwen(x, freqs, use_real=False)
     torch.testing.assert_close(out.double(), want, rtol=1e-6, atol=1e-6)
     out2 = models.apply_rotary_emb(x, freqs[None].expand(b, s, d // 2), use_real=False)
@@ -206,41 +235,87 @@ def _tiny(family):
     g = torch.Generator().manual_seed(0)
     if family == "flux":
         m = diffusers.FluxTransformer2DModel(
-            patch_size=1, in_channels=4, num_layers=1, num_single_layers=1, attention_head_dim=16,
-            num_attention_heads=2, joint_attention_dim=8, pooled_projection_dim=8, axes_dims_rope=(4, 6, 6),
+            patch_size=1,
+            in_channels=4,
+            num_layers=1,
+            num_single_layers=1,
+            attention_head_dim=16,
+            num_attention_heads=2,
+            joint_attention_dim=8,
+            pooled_projection_dim=8,
+            axes_dims_rope=(4, 6, 6),
         )
         h, w, txt = 3, 4, 5
         img_ids = torch.zeros(h * w, 3)
         img_ids[:, 1] = torch.arange(h).repeat_interleave(w).float()
         img_ids[:, 2] = torch.arange(w).repeat(h).float()
-        kw = dict(hidden_states=torch.randn(1, h * w, 4, generator=g), encoder_hidden_states=torch.randn(1, txt, 8, generator=g),
-                  pooled_projections=torch.randn(1, 8, generator=g), timestep=torch.tensor([0.5]),
-                  img_ids=img_ids, txt_ids=torch.zeros(txt, 3))
+        kw = {
+            "hidden_states": torch.randn(1, h * w, 4, generator=g),
+            "encoder_hidden_states": torch.randn(1, txt, 8, generator=g),
+            "pooled_projections": torch.randn(1, 8, generator=g),
+            "timestep": torch.tensor([0.5]),
+            "img_ids": img_ids,
+            "txt_ids": torch.zeros(txt, 3),
+        }
     elif family == "wan":
         m = diffusers.WanTransformer3DModel(
-            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=4, out_channels=4,
-            text_dim=8, freq_dim=8, ffn_dim=16, num_layers=1, rope_max_seq_len=32,
+            patch_size=(1, 2, 2),
+            num_attention_heads=2,
+            attention_head_dim=12,
+            in_channels=4,
+            out_channels=4,
+            text_dim=8,
+            freq_dim=8,
+            ffn_dim=16,
+            num_layers=1,
+            rope_max_seq_len=32,
         )
-        kw = dict(hidden_states=torch.randn(1, 4, 2, 4, 6, generator=g), timestep=torch.tensor([500]),
-                  encoder_hidden_states=torch.randn(1, 3, 8, generator=g))
+        kw = {
+            "hidden_states": torch.randn(1, 4, 2, 4, 6, generator=g),
+            "timestep": torch.tensor([500]),
+            "encoder_hidden_states": torch.randn(1, 3, 8, generator=g),
+        }
     elif family == "hunyuan_video":
         m = diffusers.HunyuanVideoTransformer3DModel(
-            in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=12, num_layers=1,
-            num_single_layers=1, num_refiner_layers=1, patch_size=1, patch_size_t=1, text_embed_dim=8,
-            pooled_projection_dim=8, rope_axes_dim=(4, 4, 4),
+            in_channels=4,
+            out_channels=4,
+            num_attention_heads=2,
+            attention_head_dim=12,
+            num_layers=1,
+            num_single_layers=1,
+            num_refiner_layers=1,
+            patch_size=1,
+            patch_size_t=1,
+            text_embed_dim=8,
+            pooled_projection_dim=8,
+            rope_axes_dim=(4, 4, 4),
         )
-        kw = dict(hidden_states=torch.randn(1, 4, 2, 3, 4, generator=g), timestep=torch.tensor([500]),
-                  encoder_hidden_states=torch.randn(1, 3, 8, generator=g),
-                  encoder_attention_mask=torch.ones(1, 3), pooled_projections=torch.randn(1, 8, generator=g),
-                  guidance=torch.tensor([1000.0]))
+        kw = {
+            "hidden_states": torch.randn(1, 4, 2, 3, 4, generator=g),
+            "timestep": torch.tensor([500]),
+            "encoder_hidden_states": torch.randn(1, 3, 8, generator=g),
+            "encoder_attention_mask": torch.ones(1, 3),
+            "pooled_projections": torch.randn(1, 8, generator=g),
+            "guidance": torch.tensor([1000.0]),
+        }
     else:
         m = diffusers.QwenImageTransformer2DModel(
-            patch_size=2, in_channels=16, out_channels=4, num_layers=1, attention_head_dim=16,
-            num_attention_heads=2, joint_attention_dim=8, axes_dims_rope=(4, 6, 6),
+            patch_size=2,
+            in_channels=16,
+            out_channels=4,
+            num_layers=1,
+            attention_head_dim=16,
+            num_attention_heads=2,
+            joint_attention_dim=8,
+            axes_dims_rope=(4, 6, 6),
         )
-        kw = dict(hidden_states=torch.randn(1, 6, 16, generator=g), encoder_hidden_states=torch.randn(1, 5, 8, generator=g),
-                  encoder_hidden_states_mask=torch.ones(1, 5, dtype=torch.long), timestep=torch.tensor([0.5]),
-                  img_shapes=[(1, 2, 3)])
+        kw = {
+            "hidden_states": torch.randn(1, 6, 16, generator=g),
+            "encoder_hidden_states": torch.randn(1, 5, 8, generator=g),
+            "encoder_hidden_states_mask": torch.ones(1, 5, dtype=torch.long),
+            "timestep": torch.tensor([0.5]),
+            "img_shapes": [(1, 2, 3)],
+        }
     return m.eval(), kw
 
 

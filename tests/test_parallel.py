@@ -1,14 +1,14 @@
 """Sequence-parallel table slicing: unit checks, and torch.distributed (gloo, 2 and 4 CPU processes)
 showing sharded forward and backward, gathered, equal the single-process result bit for bit."""
+
 import os
 import tempfile
 
+import npu_ops_transformer_ext as ext
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
-import npu_ops_transformer_ext as ext
 from npu_ops_transformer_ext import parallel, tables
 
 
@@ -34,7 +34,11 @@ def test_zigzag_layout_and_errors():
         parallel.shard_indices(8, 2, 2)
     cos, sin = torch.rand(5, 4), torch.rand(5, 4)
     c, s = parallel.pad_tables(cos, sin, 8)
-    assert c.shape == (8, 4) and torch.equal(c[5:], torch.ones(3, 4)) and torch.equal(s[5:], torch.zeros(3, 4))
+    assert (
+        c.shape == (8, 4)
+        and torch.equal(c[5:], torch.ones(3, 4))
+        and torch.equal(s[5:], torch.zeros(3, 4))
+    )
     # a table broadcast along S ([1, D]) is the same on every rank
     assert parallel.shard(cos[:1], 2, 1, dim=-2) is not None
 
@@ -62,7 +66,7 @@ def _worker(rank, world, init_file, results_dir):
     try:
         q, k, gq, gk, t = _problem()
         for mode in parallel.MODES:
-            sh = lambda x: parallel.shard(x, world, rank, dim=2, mode=mode)  # noqa: E731
+            sh = lambda x, mode=mode: parallel.shard(x, world, rank, dim=2, mode=mode)
             cos_l, sin_l = parallel.shard_tables(t.cos, t.sin, world, rank, seq_dim=-2, mode=mode)
             local = _run(sh(q), sh(k), sh(gq), sh(gk), t.mat, sin_l, cos_l)
             gathered = []
@@ -88,4 +92,6 @@ def test_distributed_sharded_forward_backward_bitwise(world):
     names = ["q_out", "k_out", "dq", "dk", "dsin", "dcos"]
     for mode in parallel.MODES:
         for name, a, b in zip(names, gathered[mode], full):
-            assert torch.equal(a, b), f"{name} differs between the {world}-rank {mode} run and one process"
+            assert torch.equal(a, b), (
+                f"{name} differs between the {world}-rank {mode} run and one process"
+            )

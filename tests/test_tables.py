@@ -3,12 +3,12 @@
 Goldens are independent of the package: complex-number rotations in float64 (Wan's form), a 2x2
 rotation per pair (FLUX's form), explicit per-pair loops for mRoPE and the scaling rules.
 """
+
 import math
 
+import npu_ops_transformer_ext as ext
 import pytest
 import torch
-
-import npu_ops_transformer_ext as ext
 from npu_ops_transformer_ext import reference, tables
 
 F64 = torch.float64
@@ -62,9 +62,19 @@ def test_rope_1d_positions_tensor_and_layouts():
     t2 = tables.rope_1d(4, d, offset=7, mode="interleave")
     assert torch.equal(t.cos[1], t2.cos) and torch.equal(t.sin[1], t2.sin)
     x = torch.randn(2, 4, 3, d)  # BSND
-    out = _apply(x, tables.RopeTables(tables.for_layout(t.cos, "BSND"), tables.for_layout(t.sin, "BSND"), t.mat))
+    out = _apply(
+        x,
+        tables.RopeTables(
+            tables.for_layout(t.cos, "BSND"), tables.for_layout(t.sin, "BSND"), t.mat
+        ),
+    )
     xb = x.transpose(1, 2)  # BNSD view
-    out_b = _apply(xb, tables.RopeTables(tables.for_layout(t.cos, "BNSD"), tables.for_layout(t.sin, "BNSD"), t.mat))
+    out_b = _apply(
+        xb,
+        tables.RopeTables(
+            tables.for_layout(t.cos, "BNSD"), tables.for_layout(t.sin, "BNSD"), t.mat
+        ),
+    )
     assert torch.equal(out, out_b.transpose(1, 2))
 
 
@@ -76,7 +86,9 @@ def _wan_golden(x, grid, theta=10000.0):
     f, h, w = grid
     parts = []
     for a, (dim, n) in enumerate(zip(dims, grid)):
-        fr = 1.0 / torch.pow(torch.tensor(theta, dtype=F64), torch.arange(0, dim, 2, dtype=F64) / dim)
+        fr = 1.0 / torch.pow(
+            torch.tensor(theta, dtype=F64), torch.arange(0, dim, 2, dtype=F64) / dim
+        )
         ang = torch.outer(torch.arange(n, dtype=F64), fr)
         shape = [1, 1, 1, dim // 2]
         shape[a] = n
@@ -95,7 +107,9 @@ def test_rope_nd_wan_split_and_grid():
     # float32 tables (the default) vs the float64 golden: within a few float32 ulps
     t32 = tables.rope_nd(grid, tables.WAN_SPLIT)
     out = ext.rope_matrix(x.float(), t32.mat, t32.sin[:, None], t32.cos[:, None])
-    torch.testing.assert_close(out.double(), _wan_golden(x, grid), rtol=0, atol=4e-6 * x.abs().max().item())
+    torch.testing.assert_close(
+        out.double(), _wan_golden(x, grid), rtol=0, atol=4e-6 * x.abs().max().item()
+    )
 
 
 def test_rope_nd_hunyuan_fp32_tables_bitwise():
@@ -122,8 +136,12 @@ def test_rope_nd_flux_ids_rotation_matrix_form():
     ids[txt:, 2] = torch.arange(w).repeat(h).float()
     t = tables.rope_nd(ids, tables.FLUX_SPLIT, dtype=F64, mat_dtype=F64)
     x = torch.randn(1, 2, txt + h * w, 128, dtype=F64)  # BNSD
-    ang = torch.cat([ids[:, a : a + 1].double() * _inv(d, 10000.0) for a, d in enumerate(tables.FLUX_SPLIT)], -1)
-    rot = torch.stack([torch.stack([ang.cos(), -ang.sin()], -1), torch.stack([ang.sin(), ang.cos()], -1)], -2)
+    ang = torch.cat(
+        [ids[:, a : a + 1].double() * _inv(d, 10000.0) for a, d in enumerate(tables.FLUX_SPLIT)], -1
+    )
+    rot = torch.stack(
+        [torch.stack([ang.cos(), -ang.sin()], -1), torch.stack([ang.sin(), ang.cos()], -1)], -2
+    )
     xp = x.reshape(1, 2, -1, 64, 2, 1)
     want = (rot @ xp).reshape(x.shape)
     out = _apply(x, t)
@@ -142,7 +160,9 @@ def test_rope_nd_seed_3d_half_equals_seed_v1():
     """The seed's 3D case: 44+44+40, rotate_half inside each block, against reference.rope_v1."""
     x = torch.randn(1, 2, 24, 128)
     t = tables.rope_nd((2, 3, 4), tables.SEED_3D_SPLIT, mode="half")
-    assert torch.equal(t.mat, reference.mode_matrix("half", tables.SEED_3D_SPLIT, dtype=torch.float32))
+    assert torch.equal(
+        t.mat, reference.mode_matrix("half", tables.SEED_3D_SPLIT, dtype=torch.float32)
+    )
     want = reference.rope_v1(x, t.sin, t.cos, "half", tables.SEED_3D_SPLIT)
     assert torch.equal(_apply(x, t), want)
 
@@ -155,7 +175,13 @@ def test_rope_mrope_sections_and_interleaved():
         t = tables.rope_mrope(pos, d, secs, mode="half", interleaved=interleaved, dtype=F64)
         for j in range(d // 2):
             if interleaved:
-                a = 1 if (j % 3 == 1 and j < 3 * secs[1]) else 2 if (j % 3 == 2 and j < 3 * secs[2]) else 0
+                a = (
+                    1
+                    if (j % 3 == 1 and j < 3 * secs[1])
+                    else 2
+                    if (j % 3 == 2 and j < 3 * secs[2])
+                    else 0
+                )
             else:
                 a = 0 if j < secs[0] else 1 if j < secs[0] + secs[1] else 2
             want = torch.cos(pos[a].double() * inv[j])
@@ -206,24 +232,39 @@ def test_scaling_rules():
     dyn = {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 1024}
     torch.testing.assert_close(tables.rope_inv_freq(d, th, dyn, seq_len=512)[0], _inv(d, th))
     torch.testing.assert_close(
-        tables.rope_inv_freq(d, th, dyn, seq_len=4096)[0], _inv(d, th * (2.0 * 4 - 1) ** (d / (d - 2)))
+        tables.rope_inv_freq(d, th, dyn, seq_len=4096)[0],
+        _inv(d, th * (2.0 * 4 - 1) ** (d / (d - 2))),
     )
     y = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
     inv, attn = tables.rope_inv_freq(d, th, y)
     g_inv, g_attn = _yarn_golden(d, th, 4.0, 4096)
     torch.testing.assert_close(inv, g_inv)
     assert attn == pytest.approx(g_attn)
-    l3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-          "original_max_position_embeddings": 8192}
-    torch.testing.assert_close(tables.rope_inv_freq(d, th, l3)[0], _llama3_golden(d, th, 8.0, 1.0, 4.0, 8192))
+    l3 = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
+    torch.testing.assert_close(
+        tables.rope_inv_freq(d, th, l3)[0], _llama3_golden(d, th, 8.0, 1.0, 4.0, 8192)
+    )
     with pytest.raises(ValueError, match="unknown scaling type"):
         tables.rope_inv_freq(d, th, {"type": "nope"})
 
 
 def test_yarn_attention_factor_scales_tables_not_tail():
-    y = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "attention_factor": 1.5}
+    y = {
+        "type": "yarn",
+        "factor": 4.0,
+        "original_max_position_embeddings": 64,
+        "attention_factor": 1.5,
+    }
     t = tables.rope_1d(16, 64, rotary_dim=32, scaling=y, dtype=F64)
-    torch.testing.assert_close(t.cos[:, :32] ** 2 + t.sin[:, :32] ** 2, torch.full((16, 32), 2.25, dtype=F64))
+    torch.testing.assert_close(
+        t.cos[:, :32] ** 2 + t.sin[:, :32] ** 2, torch.full((16, 32), 2.25, dtype=F64)
+    )
     assert torch.equal(t.cos[:, 32:], torch.ones(16, 32, dtype=F64))
 
 

@@ -34,9 +34,8 @@ message that names the argument. It is registered at the Autograd dispatch key, 
 bumps x's version counter, so a graph that saved x before the in-place call fails loudly at
 backward instead of computing a wrong gradient.
 """
-from __future__ import annotations
 
-from typing import Optional
+from __future__ import annotations
 
 import torch
 from torch import Tensor
@@ -44,7 +43,7 @@ from torch import Tensor
 _NS = "npu_ops_transformer_ext"
 _ops = torch.ops.npu_ops_transformer_ext
 
-__all__ = ["rope_matrix_backward", "rope_matrix_qk_backward", "pair_partner", "sin_is_pair_equal"]
+__all__ = ["pair_partner", "rope_matrix_backward", "rope_matrix_qk_backward", "sin_is_pair_equal"]
 
 
 # ---- helpers ------------------------------------------------------------------------------------
@@ -65,7 +64,7 @@ def _reduce_to(t: Tensor, shape) -> Tensor:
     return t
 
 
-def pair_partner(y: Tensor) -> Optional[Tensor]:
+def pair_partner(y: Tensor) -> Tensor | None:
     """For a (partial) signed permutation ``y``: ``p`` with ``y[i, p[i]] != 0`` (``p[i] = i`` for
     an all-zero row), as an int64 tensor on y's device. None when ``y`` is not one (entries outside
     {-1, 0, 1}, or a row or column with more than one non-zero). Reads ``y`` on the host."""
@@ -93,7 +92,7 @@ def sin_is_pair_equal(y: Tensor, sin: Tensor) -> bool:
     return bool(torch.equal(sin.index_select(-1, rows), sin.index_select(-1, cols)))
 
 
-def _dx_table(y: Tensor, sin: Tensor) -> Optional[Tensor]:
+def _dx_table(y: Tensor, sin: Tensor) -> Tensor | None:
     """The sin table to pass with ``y^T`` for an exact one-call x-gradient, or None (general path)."""
     p = pair_partner(y)
     if p is None:
@@ -173,7 +172,7 @@ def _table_grads(pairs, y, sin, cos, need_y, need_sin, need_cos):
             gs = (g_ * sin.to(acc)).reshape(-1, d)
             t = x.to(acc).reshape(-1, d).t() @ gs
             dy = t if dy is None else dy + t
-    cast = lambda t, ref: None if t is None else t.to(ref.dtype)  # noqa: E731
+    cast = lambda t, ref: None if t is None else t.to(ref.dtype)
     return cast(dy, y), cast(dsin, sin), cast(dcos, cos)
 
 
@@ -227,7 +226,9 @@ def _backward_qk(ctx, grad_q, grad_k):
     return dq, dk, dy, dsin, dcos
 
 
-torch.library.register_autograd(f"{_NS}::rope_matrix_qk", _backward_qk, setup_context=_setup_context_qk)
+torch.library.register_autograd(
+    f"{_NS}::rope_matrix_qk", _backward_qk, setup_context=_setup_context_qk
+)
 
 
 # ---- rope_matrix_: refuse autograd, keep the version counter honest -----------------------------

@@ -27,6 +27,7 @@ How each model is switched (diffusers' attention processors are left as they are
 Module-level replacements are process-wide while at least one model of that family is patched
 (reference-counted); ``unpatch_rope`` restores the originals when the last one is unpatched.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,14 +36,24 @@ import weakref
 
 from . import models
 
-__all__ = ["patch_rope", "unpatch_rope", "is_patched", "rope_matrix_enabled", "SUPPORTED"]
+__all__ = ["SUPPORTED", "is_patched", "patch_rope", "rope_matrix_enabled", "unpatch_rope"]
 
 # family -> [(module path, attribute, replacement)]
 _GLOBAL_PATCHES = {
-    "flux": [("diffusers.models.transformers.transformer_flux", "apply_rotary_emb", models.apply_rotary_emb)],
+    "flux": [
+        (
+            "diffusers.models.transformers.transformer_flux",
+            "apply_rotary_emb",
+            models.apply_rotary_emb,
+        )
+    ],
     "hunyuan_video": [("diffusers.models.embeddings", "apply_rotary_emb", models.apply_rotary_emb)],
     "qwen_image": [
-        ("diffusers.models.transformers.transformer_qwenimage", "apply_rotary_emb_qwen", models.apply_rotary_emb_qwen)
+        (
+            "diffusers.models.transformers.transformer_qwenimage",
+            "apply_rotary_emb_qwen",
+            models.apply_rotary_emb_qwen,
+        )
     ],
 }
 _CLASS_FAMILY = {
@@ -82,7 +93,8 @@ def _apply_global(family):
 def _restore_global(family):
     for mod_name, attr, _ in _GLOBAL_PATCHES[family]:
         still_used = any(
-            _refcount.get(f, 0) > 0 and any((m, a) == (mod_name, attr) for m, a, _ in _GLOBAL_PATCHES[f])
+            _refcount.get(f, 0) > 0
+            and any((m, a) == (mod_name, attr) for m, a, _ in _GLOBAL_PATCHES[f])
             for f in _GLOBAL_PATCHES
         )
         if not still_used and (mod_name, attr) in _originals:
@@ -117,7 +129,9 @@ def _wan_hooks(attn):
         return models.apply_rotary_emb(x, (cos[0, :, 0], sin[0, :, 0]), sequence_dim=1).flatten(-2)
 
     if getattr(attn, "norm_q", None) is None or getattr(attn, "norm_k", None) is None:
-        raise TypeError("patch_rope: this WanAttention has no norm_q/norm_k to attach the rotation to")
+        raise TypeError(
+            "patch_rope: this WanAttention has no norm_q/norm_k to attach the rotation to"
+        )
     return [
         attn.register_forward_pre_hook(pre_hook, with_kwargs=True),
         attn.register_forward_hook(post_hook),
@@ -176,4 +190,3 @@ def rope_matrix_enabled(transformer):
     finally:
         if not was:
             unpatch_rope(transformer)
-

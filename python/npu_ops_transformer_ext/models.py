@@ -15,11 +15,11 @@ computation by a few float32 ulps (see docs/models.md for the measured bounds).
 * ``apply_rotary_emb(x, freqs_cis, use_real, use_real_unbind_dim, sequence_dim)``: diffusers'.
 * ``apply_rotary_emb_qwen(x, freqs_cis, use_real, use_real_unbind_dim)``: diffusers' Qwen-Image.
 """
+
 from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -28,12 +28,12 @@ from .matrices import get_half_matrix, get_interleave_matrix
 from .ops import rope_matrix, rope_matrix_qk
 
 __all__ = [
-    "wan_rope_apply",
-    "wan_rope_tables",
-    "hunyuan_apply_rotary_emb",
-    "flux_apply_rope",
     "apply_rotary_emb",
     "apply_rotary_emb_qwen",
+    "flux_apply_rope",
+    "hunyuan_apply_rotary_emb",
+    "wan_rope_apply",
+    "wan_rope_tables",
 ]
 
 _MATS: dict = {}
@@ -61,7 +61,7 @@ def _pairs_to_elems(t: Tensor) -> Tensor:
 
 # ---- Wan ----------------------------------------------------------------------------------------
 
-_WAN_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()
+_WAN_CACHE: OrderedDict[tuple, tuple] = OrderedDict()
 _WAN_CACHE_SIZE = 8
 
 
@@ -74,7 +74,10 @@ def wan_rope_tables(grid_sizes, freqs: Tensor, seq_len: int, device=None):
     freqs_w[i_w]``: ``cos = Re``, ``sin = Im``, each repeated over its pair. Tokens past
     ``f*h*w`` get cos 1, sin 0 (pass through). Cached per (freqs, grids, seq_len, device).
     """
-    grids = [tuple(int(v) for v in g) for g in (grid_sizes.tolist() if isinstance(grid_sizes, Tensor) else grid_sizes)]
+    grids = [
+        tuple(int(v) for v in g)
+        for g in (grid_sizes.tolist() if isinstance(grid_sizes, Tensor) else grid_sizes)
+    ]
     device = torch.device(device) if device is not None else freqs.device
     key = (id(freqs), freqs._version, str(freqs.device), tuple(grids), int(seq_len), str(device))
     hit = _WAN_CACHE.get(key)
@@ -91,7 +94,9 @@ def wan_rope_tables(grid_sizes, freqs: Tensor, seq_len: int, device=None):
     for g in dict.fromkeys(grids):
         f, h, w = g
         if f * h * w > seq_len:
-            raise ValueError(f"wan_rope_apply: grid {g} has {f * h * w} tokens > sequence length {seq_len}")
+            raise ValueError(
+                f"wan_rope_apply: grid {g} has {f * h * w} tokens > sequence length {seq_len}"
+            )
         z = torch.cat(
             [
                 parts[0][:f].view(f, 1, 1, -1).expand(f, h, w, -1),
@@ -123,7 +128,7 @@ def wan_rope_apply(
     grid_sizes,
     freqs: Tensor,
     *,
-    out_dtype: Optional[torch.dtype] = torch.float32,
+    out_dtype: torch.dtype | None = torch.float32,
     sp_rank: int = 0,
     sp_size: int = 1,
 ) -> Tensor:
@@ -136,12 +141,19 @@ def wan_rope_apply(
     this rank's contiguous shard ``[B, L, N, D]`` of a sequence of ``L * sp_size`` tokens, i.e.
     tokens ``[sp_rank * L, (sp_rank + 1) * L)``; tokens past ``f*h*w`` (the padding) pass through.
     """
-    b, L, n, d = x.shape
+    b, L, _n, d = x.shape
     cos, sin = wan_rope_tables(grid_sizes, freqs, L * sp_size, device=x.device)
     if sp_size > 1:
         cos, sin = cos[:, sp_rank * L : (sp_rank + 1) * L], sin[:, sp_rank * L : (sp_rank + 1) * L]
     xin = x if out_dtype is None else x.to(out_dtype)
-    return rope_matrix(xin, _mat(d, "interleave", x.device), sin, cos)
+    mat = _mat(d, "interleave", x.device)
+    if cos.shape[0] > 1 and x.device.type != "cpu":
+        # Samples with different grids: tables vary along B and S. The NPU kernel takes tables that
+        # vary along one dim of x, so go sample by sample there (Wan itself loops over samples).
+        return torch.cat(
+            [rope_matrix(xin[i : i + 1], mat, sin[i : i + 1], cos[i : i + 1]) for i in range(b)]
+        )
+    return rope_matrix(xin, mat, sin, cos)
 
 
 # ---- HunyuanVideo ------------------------------------------------------------------------------
@@ -155,7 +167,7 @@ def _real_tables(freqs_cis):
     return _pairs_to_elems(freqs_cis.real), _pairs_to_elems(freqs_cis.imag)
 
 
-def hunyuan_apply_rotary_emb(xq: Tensor, xk: Optional[Tensor], freqs_cis, head_first: bool = False):
+def hunyuan_apply_rotary_emb(xq: Tensor, xk: Tensor | None, freqs_cis, head_first: bool = False):
     """HunyuanVideo's ``apply_rotary_emb(xq, xk, freqs_cis, head_first=False) -> (xq_out, xk_out)``.
 
     xq/xk ``[B, S, H, D]`` (``[B, H, S, D]`` with ``head_first``); freqs_cis ``(cos, sin)`` each
@@ -230,7 +242,9 @@ def apply_rotary_emb(
     return rope_matrix(x, _mat(x.shape[-1], mode, x.device), _table(sin, x), _table(cos, x))
 
 
-def apply_rotary_emb_qwen(x: Tensor, freqs_cis, use_real: bool = True, use_real_unbind_dim: int = -1) -> Tensor:
+def apply_rotary_emb_qwen(
+    x: Tensor, freqs_cis, use_real: bool = True, use_real_unbind_dim: int = -1
+) -> Tensor:
     """diffusers' Qwen-Image ``apply_rotary_emb_qwen``: x ``[B, S, H, D]``; real path tables
     ``[S, D]`` broadcast as ``[1, 1, S, D]`` (as diffusers does), complex path ``[S, D/2]``
     broadcast as ``[S, 1, D/2]`` (what Qwen-Image uses)."""

@@ -19,19 +19,20 @@ full result, bit for bit (the op does the same fp32 arithmetic per element). Two
 ``pad_tables`` extends tables with the identity (cos 1, sin 0) when S was padded to a multiple of
 the world size, as Wan pads its freqs with ones.
 """
+
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-__all__ = ["shard_indices", "shard", "shard_tables", "unshard", "pad_tables", "MODES"]
+__all__ = ["MODES", "pad_tables", "shard", "shard_indices", "shard_tables", "unshard"]
 
 MODES = ("contiguous", "zigzag")
 
 
-def _chunks(seq_len: int, world_size: int, rank: int, mode: str) -> List[Tuple[int, int]]:
+def _chunks(seq_len: int, world_size: int, rank: int, mode: str) -> list[tuple[int, int]]:
     """(start, length) pieces of the global sequence held by ``rank``, in local order."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -63,7 +64,14 @@ def shard(t: Tensor, world_size: int, rank: int, dim: int, mode: str = "contiguo
     return pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=dim)
 
 
-def shard_tables(cos: Tensor, sin: Tensor, world_size: int, rank: int, seq_dim: int = -2, mode: str = "contiguous"):
+def shard_tables(
+    cos: Tensor,
+    sin: Tensor,
+    world_size: int,
+    rank: int,
+    seq_dim: int = -2,
+    mode: str = "contiguous",
+):
     """``(cos_local, sin_local)``: the rows of the tables for ``rank``'s positions. ``seq_dim`` is
     the table's sequence dim: -2 for ``[S, D]`` / ``[1, 1, S, D]`` (BNSD), -3 for ``[S, 1, D]`` /
     ``[1, S, 1, D]`` (BSND)."""
@@ -73,7 +81,7 @@ def shard_tables(cos: Tensor, sin: Tensor, world_size: int, rank: int, seq_dim: 
 def unshard(parts: Sequence[Tensor], dim: int, mode: str = "contiguous") -> Tensor:
     """Inverse of ``shard``: the ranks' shards (in rank order, e.g. from ``all_gather``) back in
     position order along ``dim``."""
-    world = len(parts)
+    len(parts)
     if mode == "contiguous":
         return torch.cat(list(parts), dim=dim)
     if mode != "zigzag":

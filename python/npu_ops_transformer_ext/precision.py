@@ -23,11 +23,11 @@ Two weaknesses of the original script are fixed: sin and cos are distinct tables
 at random positions, not one random tensor passed twice), and the comparison is signed (the
 script compared ``|a|`` with ``|b|``, which hides sign errors).
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import List, Optional
 
 import torch
 
@@ -40,7 +40,7 @@ DEFAULT_SHAPE = (1, 24, 28800, 128)
 SMALL_SHAPE = (1, 3, 97, 128)
 
 
-def sections_for(dims: str, d: int) -> List[int]:
+def sections_for(dims: str, d: int) -> list[int]:
     """RoPE axis split of head dim d: 1D ``[d]``, 2D ``[d/2, d/2]``, 3D the seed's ``44+44+40``
     for d = 128 (in general ``[e, e, d - 2e]`` with ``e = 2 * round(d * 11 / 64)``)."""
     if dims == "1d":
@@ -65,7 +65,7 @@ def seed_metric(a: torch.Tensor, b: torch.Tensor):
 def _npu_available() -> bool:
     try:
         import torch_npu  # noqa: F401
-    except Exception:
+    except Exception:  # noqa: BLE001  (torch_npu may fail to import in many ways: no NPU then)
         return False
     return hasattr(torch, "npu") and torch.npu.is_available()
 
@@ -77,8 +77,14 @@ def _v4(x, sin, cos, mode, sections):
     if mode == "interleave" or len(sections) == 1:
         return torch_npu.npu_rotary_mul(x, cos4, sin4, rotary_mode=mode)
     parts = []
-    for xp, sp, cp in zip(x.split(sections, -1), sin4.split(sections, -1), cos4.split(sections, -1)):
-        parts.append(torch_npu.npu_rotary_mul(xp.contiguous(), cp.contiguous(), sp.contiguous(), rotary_mode=mode))
+    for xp, sp, cp in zip(
+        x.split(sections, -1), sin4.split(sections, -1), cos4.split(sections, -1)
+    ):
+        parts.append(
+            torch_npu.npu_rotary_mul(
+                xp.contiguous(), cp.contiguous(), sp.contiguous(), rotary_mode=mode
+            )
+        )
     return torch.cat(parts, dim=-1)
 
 
@@ -88,7 +94,7 @@ def _v5(x, mat, sin, cos):
 
 def run_case(x, dims, mode, table_dtype, gen_seed, device, with_v4):
     """Results ``{version: (metric, nonzero, max_abs)}`` for one (dims, mode) case."""
-    b, n, s, d = x.shape
+    _b, _n, s, d = x.shape
     sections = sections_for(dims, d)
     g = torch.Generator().manual_seed(gen_seed)
     pos = torch.randint(0, 1024, (s, len(sections)), generator=g)
@@ -109,19 +115,30 @@ def run_case(x, dims, mode, table_dtype, gen_seed, device, with_v4):
     return {k: seed_metric(v, golden) for k, v in outs.items()}
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.precision",
         description="rope_matrix precision against the fp32 contract, seed test_rope.py protocol (v1..v5).",
     )
     p.add_argument("--shape", default=None, help="B,N,S,D of the BNSD x (default 1,24,28800,128)")
-    p.add_argument("--small", action="store_true", help=f"use {','.join(map(str, SMALL_SHAPE))} (CPU CI)")
+    p.add_argument(
+        "--small", action="store_true", help=f"use {','.join(map(str, SMALL_SHAPE))} (CPU CI)"
+    )
     p.add_argument("--dtype", default="bf16", choices=sorted(_DTYPES))
-    p.add_argument("--table-dtype", default="same", choices=["same", "fp32"], help="sin/cos dtype (default: x's)")
+    p.add_argument(
+        "--table-dtype",
+        default="same",
+        choices=["same", "fp32"],
+        help="sin/cos dtype (default: x's)",
+    )
     p.add_argument("--dims", default="1d,2d,3d")
     p.add_argument("--modes", default="half,interleave")
-    p.add_argument("--device", default="auto", help="auto (npu when torch_npu finds one, else cpu), cpu, npu")
-    p.add_argument("--threshold", type=float, default=None, help="max v5 metric (default: eps of --dtype)")
+    p.add_argument(
+        "--device", default="auto", help="auto (npu when torch_npu finds one, else cpu), cpu, npu"
+    )
+    p.add_argument(
+        "--threshold", type=float, default=None, help="max v5 metric (default: eps of --dtype)"
+    )
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
 
@@ -142,8 +159,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     torch.manual_seed(a.seed)
     x = torch.randn(shape, dtype=torch.float32).to(dtype).to(device)
-    print(f"rope_matrix precision: x {list(shape)} {a.dtype} BNSD, tables {str(table_dtype).split('.')[-1]}, "
-          f"device {device}, golden = fp32 contract rounded once, threshold(v5) = {threshold:g}")
+    print(
+        f"rope_matrix precision: x {list(shape)} {a.dtype} BNSD, tables {str(table_dtype).split('.')[-1]}, "
+        f"device {device}, golden = fp32 contract rounded once, threshold(v5) = {threshold:g}"
+    )
     print(f"{'case':<16}{'ver':<5}{'min(abs,rel).max':>18}{'nonzero':>12}{'max |a-b|':>14}")
     failed = []
     for i, dims in enumerate(a.dims.split(",")):

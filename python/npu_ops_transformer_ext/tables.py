@@ -24,11 +24,13 @@ Partial rotary dim: dims past the rotated ones get ``cos = 1``, ``sin = 0`` and 
 columns in ``mat``, so ``out == x`` there (the CPU kernel keeps its permutation fast path for such a
 partial signed permutation).
 """
+
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from typing import Mapping, NamedTuple, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -36,21 +38,21 @@ from torch import Tensor
 from .matrices import compose_matrix, get_half_matrix, get_interleave_matrix
 
 __all__ = [
-    "RopeTables",
+    "FLUX_SPLIT",
+    "HUNYUAN_VIDEO_SPLIT",
+    "QWEN_IMAGE_SPLIT",
     "SEED_3D_SPLIT",
     "WAN_SPLIT",
-    "HUNYUAN_VIDEO_SPLIT",
-    "FLUX_SPLIT",
-    "QWEN_IMAGE_SPLIT",
-    "wan_split",
-    "rope_inv_freq",
-    "rope_1d",
-    "rope_nd",
-    "rope_mrope",
-    "grid_positions",
-    "rotate_matrix",
-    "for_layout",
+    "RopeTables",
     "RotaryEmbedding",
+    "for_layout",
+    "grid_positions",
+    "rope_1d",
+    "rope_inv_freq",
+    "rope_mrope",
+    "rope_nd",
+    "rotate_matrix",
+    "wan_split",
 ]
 
 #: The original operator's 3D split (``44 + 44 + 40``), per axis rotated in ``mode``.
@@ -94,9 +96,9 @@ def _get(scaling: Mapping, *names, default=None):
 def rope_inv_freq(
     dim: int,
     theta: float = 10000.0,
-    scaling: Optional[Mapping] = None,
+    scaling: Mapping | None = None,
     *,
-    seq_len: Optional[int] = None,
+    seq_len: int | None = None,
     dtype: torch.dtype = torch.float64,
 ):
     """Inverse frequencies ``[dim // 2]`` on the CPU and the attention factor: ``(inv_freq, attn)``.
@@ -132,7 +134,9 @@ def rope_inv_freq(
         base = theta * factor ** (dim / (dim - 2))
     elif kind == "dynamic":
         if orig is None:
-            raise ValueError("rope_inv_freq: dynamic scaling needs original_max_position_embeddings")
+            raise ValueError(
+                "rope_inv_freq: dynamic scaling needs original_max_position_embeddings"
+            )
         base = theta
         if seq_len is not None and seq_len > orig:
             base = theta * (factor * seq_len / orig - (factor - 1)) ** (dim / (dim - 2))
@@ -161,7 +165,9 @@ def rope_inv_freq(
         ramp = ((torch.arange(dim // 2, dtype=dtype) - lo) / (hi - lo)).clamp(0, 1)
         inv = inv / factor * ramp + inv * (1 - ramp)
         af = _get(scaling, "attention_factor")
-        attn = float(af) if af is not None else (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+        attn = (
+            float(af) if af is not None else (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
+        )
     elif kind == "llama3":
         orig = 8192 if orig is None else orig
         low = float(_get(scaling, "low_freq_factor", default=1.0))
@@ -169,7 +175,9 @@ def rope_inv_freq(
         wavelen = 2 * math.pi / inv
         smooth = ((orig / wavelen - low) / (high - low)).clamp(0, 1)
         mid = (1 - smooth) * inv / factor + smooth * inv
-        inv = torch.where(wavelen < orig / high, inv, torch.where(wavelen > orig / low, inv / factor, mid))
+        inv = torch.where(
+            wavelen < orig / high, inv, torch.where(wavelen > orig / low, inv / factor, mid)
+        )
     return inv, attn
 
 
@@ -187,7 +195,11 @@ def _expand_pairs(a: Tensor, mode: str) -> Tensor:
 
 
 def rotate_matrix(
-    rotary_dims: Sequence[int], head_dim: Optional[int] = None, mode: str = "half", dtype=torch.float32, device=None
+    rotary_dims: Sequence[int],
+    head_dim: int | None = None,
+    mode: str = "half",
+    dtype=torch.float32,
+    device=None,
 ) -> Tensor:
     """Block-diagonal rotate matrix: ``mode`` within each block of ``rotary_dims``, zero tail up to
     ``head_dim`` (pass-through). ``rotate_matrix([128])`` is ``get_half_matrix(128)``;
@@ -224,7 +236,7 @@ def _positions(positions, offset, dtype) -> Tensor:
     return p + offset if offset else p
 
 
-def _seq_len(pos: Tensor, scaling) -> Optional[int]:
+def _seq_len(pos: Tensor, scaling) -> int | None:
     """Largest position + 1, read only for dynamic NTK (a host read; the other rules need none)."""
     if scaling is None or _get(scaling, "type", "rope_type") != "dynamic" or not pos.numel():
         return None
@@ -235,14 +247,14 @@ def _seq_len(pos: Tensor, scaling) -> Optional[int]:
 
 
 def rope_1d(
-    positions: Union[int, Tensor],
+    positions: int | Tensor,
     head_dim: int,
     *,
-    rotary_dim: Optional[int] = None,
+    rotary_dim: int | None = None,
     theta: float = 10000.0,
-    offset: Union[int, float] = 0,
+    offset: float = 0,
     mode: str = "half",
-    scaling: Optional[Mapping] = None,
+    scaling: Mapping | None = None,
     freqs_dtype: torch.dtype = torch.float64,
     dtype: torch.dtype = torch.float32,
     mat_dtype: torch.dtype = torch.float32,
@@ -258,15 +270,23 @@ def rope_1d(
     _check_mode(mode)
     r = head_dim if rotary_dim is None else rotary_dim
     if r <= 0 or r % 2 or r > head_dim:
-        raise ValueError(f"rope_1d: rotary_dim must be even and in (0, head_dim={head_dim}], got {r}")
+        raise ValueError(
+            f"rope_1d: rotary_dim must be even and in (0, head_dim={head_dim}], got {r}"
+        )
     pos = _positions(positions, offset, freqs_dtype)
     inv, attn = rope_inv_freq(r, theta, scaling, seq_len=_seq_len(pos, scaling), dtype=freqs_dtype)
     ang = _expand_pairs(pos.unsqueeze(-1) * inv, mode)
-    return _finish(ang, head_dim, attn, dtype, device, rotate_matrix([r], head_dim, mode, mat_dtype))
+    return _finish(
+        ang, head_dim, attn, dtype, device, rotate_matrix([r], head_dim, mode, mat_dtype)
+    )
 
 
 def grid_positions(
-    grid: Sequence[int], *, center: Union[bool, Sequence[bool]] = False, start: Sequence[float] = (), dtype=torch.float64
+    grid: Sequence[int],
+    *,
+    center: bool | Sequence[bool] = False,
+    start: Sequence[float] = (),
+    dtype=torch.float64,
 ) -> Tensor:
     """``[prod(grid), len(grid)]`` positions of a (t, h, w) / (h, w) grid, first axis slowest
     (``meshgrid(indexing="ij")`` flattened). ``start[a]`` shifts axis a; ``center`` (per axis or all)
@@ -286,13 +306,13 @@ def grid_positions(
 
 
 def rope_nd(
-    positions: Union[Sequence[int], Tensor],
+    positions: Sequence[int] | Tensor,
     axes_dim: Sequence[int],
     *,
-    head_dim: Optional[int] = None,
-    theta: Union[float, Sequence[float]] = 10000.0,
+    head_dim: int | None = None,
+    theta: float | Sequence[float] = 10000.0,
     mode: str = "interleave",
-    scaling: Optional[Sequence[Optional[Mapping]]] = None,
+    scaling: Sequence[Mapping | None] | None = None,
     freqs_dtype: torch.dtype = torch.float64,
     dtype: torch.dtype = torch.float32,
     mat_dtype: torch.dtype = torch.float32,
@@ -331,7 +351,9 @@ def rope_nd(
         attn = at if at != 1.0 else attn
         angs.append(_expand_pairs(pos[..., a : a + 1] * inv, mode))
     ang = torch.cat(angs, dim=-1)
-    return _finish(ang, head_dim, attn, dtype, device, rotate_matrix(axes_dim, head_dim, mode, mat_dtype))
+    return _finish(
+        ang, head_dim, attn, dtype, device, rotate_matrix(axes_dim, head_dim, mode, mat_dtype)
+    )
 
 
 def rope_mrope(
@@ -342,7 +364,7 @@ def rope_mrope(
     theta: float = 10000.0,
     mode: str = "half",
     interleaved: bool = False,
-    scaling: Optional[Mapping] = None,
+    scaling: Mapping | None = None,
     freqs_dtype: torch.dtype = torch.float64,
     dtype: torch.dtype = torch.float32,
     mat_dtype: torch.dtype = torch.float32,
@@ -367,7 +389,9 @@ def rope_mrope(
         raise ValueError(f"rope_mrope: 2 * sum(sections) = {r} exceeds head_dim {head_dim}")
     pos = positions.detach().to("cpu", freqs_dtype)
     if pos.shape[0] != len(sections):
-        raise ValueError(f"rope_mrope: positions must be [{len(sections)}, ..., S], got {list(pos.shape)}")
+        raise ValueError(
+            f"rope_mrope: positions must be [{len(sections)}, ..., S], got {list(pos.shape)}"
+        )
     j = torch.arange(half_r)
     if interleaved:
         stream = torch.zeros(half_r, dtype=torch.long)
@@ -380,7 +404,9 @@ def rope_mrope(
     # pos: [n, ..., S] -> per pair [..., S, half_r] picking stream[j]
     per_pair = pos.movedim(0, -1)[..., stream]  # [..., S, half_r]
     ang = _expand_pairs(per_pair * inv, mode)
-    return _finish(ang, head_dim, attn, dtype, device, rotate_matrix([r], head_dim, mode, mat_dtype))
+    return _finish(
+        ang, head_dim, attn, dtype, device, rotate_matrix([r], head_dim, mode, mat_dtype)
+    )
 
 
 # ---- layouts and the cached module -------------------------------------------------------------
@@ -421,10 +447,10 @@ class RotaryEmbedding(torch.nn.Module):
         self,
         head_dim: int,
         *,
-        rotary_dim: Optional[int] = None,
+        rotary_dim: int | None = None,
         theta: float = 10000.0,
         mode: str = "half",
-        scaling: Optional[Mapping] = None,
+        scaling: Mapping | None = None,
         layout: str = "BNSD",
         freqs_dtype: torch.dtype = torch.float64,
         table_dtype: torch.dtype = torch.float32,
@@ -437,7 +463,7 @@ class RotaryEmbedding(torch.nn.Module):
         self.head_dim, self.rotary_dim, self.theta, self.mode = head_dim, rotary_dim, theta, mode
         self.scaling, self.layout = scaling, layout
         self.freqs_dtype, self.table_dtype, self.max_cached = freqs_dtype, table_dtype, max_cached
-        self._cache: "OrderedDict[tuple, RopeTables]" = OrderedDict()
+        self._cache: OrderedDict[tuple, RopeTables] = OrderedDict()
 
     def extra_repr(self) -> str:
         return (
@@ -475,7 +501,14 @@ class RotaryEmbedding(torch.nn.Module):
             self._cache.move_to_end(key)
         return hit
 
-    def forward(self, q: Tensor, k: Optional[Tensor] = None, *, offset: int = 0, positions: Optional[Tensor] = None):
+    def forward(
+        self,
+        q: Tensor,
+        k: Tensor | None = None,
+        *,
+        offset: int = 0,
+        positions: Tensor | None = None,
+    ):
         from .ops import rope_matrix, rope_matrix_qk
 
         if positions is not None:
