@@ -34,28 +34,27 @@ def _table_shape(layout: str, form: int, s: int, d: int):
 
 
 def _cases():
-    # Every S with both layouts; BN, D (incl. the composed 44+44+40), dtype, table dtype, mode and
-    # table form rotate so that each value of each factor meets every S class and both layouts.
-    splits, dts, tdts = list(SPLITS), ("bf16", "fp16"), ("x", "fp32")
-    for i, s in enumerate(S_VALUES):
-        for j, layout in enumerate(("bnsd", "bsnd")):
-            bn = BN_VALUES[(i + j) % 3]
-            split = splits[(i + 2 * j) % 3]
-            dt = dts[(i + j) % 2]
-            tdt = tdts[(i // 2 + j) % 2]
-            mode = MODES[(i + 3 * j) % 4]
-            form = (i + j) % 2
-            yield pytest.param(
-                layout,
-                bn,
-                s,
-                split,
-                dt,
-                tdt,
-                mode,
-                form,
-                id=f"{layout}-bn{bn}-s{s}-{split}-{dt}-tab_{tdt}-{mode}-form{form}",
-            )
+    # The full product the kernel contract names: every S class x B*N x D (incl. the composed
+    # 44+44+40) x layout x dtype x table dtype; the mode and the table form rotate over it.
+    import itertools
+
+    product = itertools.product(
+        S_VALUES, BN_VALUES, SPLITS, ("bnsd", "bsnd"), ("bf16", "fp16"), ("x", "fp32")
+    )
+    for i, (s, bn, split, layout, dt, tdt) in enumerate(product):
+        mode = MODES[i % 4]
+        form = (i // 4) % 2
+        yield pytest.param(
+            layout,
+            bn,
+            s,
+            split,
+            dt,
+            tdt,
+            mode,
+            form,
+            id=f"{layout}-bn{bn}-s{s}-{split}-{dt}-tab_{tdt}-{mode}-form{form}",
+        )
 
 
 def _inputs(layout, bn, s, split, dt, tdt, mode, form, seed=0):
