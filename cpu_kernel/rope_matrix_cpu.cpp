@@ -134,7 +134,8 @@ inline void advance(int n, const int64_t* size, int64_t* idx) {
 }
 
 template <typename C>
-void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>& ops, const Kernels& k) {
+void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>& ops, const Kernels& k,
+                bool stream) {
   const int64_t D = plan.D, Dp = plan.Dp;
   const int64_t R = std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))),
                                         1, kMaxBlockRows);
@@ -204,7 +205,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
             xrow[r] = o.x_base + xb * o.elem + xt_off[i][r];
             orow[r] = o.out_base + ob * o.elem + ot_off[i][r];
           }
-          k.rows(plan, RowBatch{nr, xrow.data(), orow.data(), cosrow.data(), sinrow.data()}, scratch);
+          k.rows(plan, RowBatch{nr, xrow.data(), orow.data(), cosrow.data(), sinrow.data(), stream}, scratch);
           advance(o.nb, o.b_size.data(), bidx.data());
         }
       }
@@ -236,6 +237,10 @@ at::Tensor rows_contiguous(const at::Tensor& t) {
   return (t.size(-1) <= 1 || t.stride(-1) == 1) ? t : t.contiguous();
 }
 
+// Outputs at least this large are written with non-temporal stores (they cannot stay in cache
+// anyway, and streaming them skips reading each output line from memory before writing it).
+constexpr int64_t kStreamBytes = 16 << 20;
+
 // Runs the kernel for every (x, out) pair with one plan and one pass over the tables.
 void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Tensor& y,
          const at::Tensor& sin_in, const at::Tensor& cos_in) {
@@ -253,11 +258,18 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
   for (const auto& p : xs) {
     if (p.first.numel() > 0) ops.push_back(describe_operand(p.first, p.second, sin, cos));
   }
+  bool stream = true;
+  int64_t out_bytes = 0;
+  for (const auto& p : xs) {
+    stream = stream && !p.first.is_same(p.second);  // in place: the lines are in cache already
+    out_bytes += p.second.nbytes();
+  }
+  stream = stream && out_bytes >= kStreamBytes;
   const Kernels k = select_kernels(x0.scalar_type(), sin.scalar_type(), cos.scalar_type(), plan);
   if (x0.scalar_type() == at::kDouble) {
-    run_blocks<double>(plan, tab, ops, k);
+    run_blocks<double>(plan, tab, ops, k, stream);
   } else {
-    run_blocks<float>(plan, tab, ops, k);
+    run_blocks<float>(plan, tab, ops, k, stream);
   }
 }
 

@@ -17,6 +17,7 @@ struct RowBatch {
   void* const* out;         // [n] row pointers, element type T
   const void* const* cos;   // [n] table rows, compute type C, length Dp
   const void* const* sin;   // [n] table rows, compute type C, length Dp
+  bool stream_out;          // hint: out is large and fresh; non-temporal stores may be used
 };
 
 // Per-thread scratch the row kernels may use: kScratchRows fp32/fp64 rows of Dp + 16 entries.

@@ -46,6 +46,7 @@ struct Io<float> {
     }
   }
   static __m512 round_trip(__m512 v) { return v; }
+  static void stream(float* p, __m512 v) { _mm512_stream_ps(p, v); }
 };
 
 inline __m256i bf16_bits_rne(__m512 v) {
@@ -86,6 +87,9 @@ struct Io<c10::BFloat16> {
     }
   }
   static __m512 round_trip(__m512 v) { return bf16_bits_to_fp32(to_bits(v)); }
+  static void stream(c10::BFloat16* p, __m512 v) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), to_bits(v));
+  }
 };
 
 template <>
@@ -104,6 +108,10 @@ struct Io<c10::Half> {
   }
   static __m512 round_trip(__m512 v) {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static void stream(c10::Half* p, __m512 v) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
 };
 
@@ -151,6 +159,8 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void*) {
   for (int64_t r = 0; r < b.n; ++r) {
     const T* x = static_cast<const T*>(b.x[r]);
     T* out = static_cast<T*>(b.out[r]);
+    // Non-temporal stores need every chunk full and aligned to its own size.
+    const bool stream = b.stream_out && full && (reinterpret_cast<uintptr_t>(out) % (kLanes * sizeof(T))) == 0;
     const float* cs = static_cast<const float*>(b.cos[r]);
     const float* sn = static_cast<const float*>(b.sin[r]);
     if (r + kPrefetchRows < b.n) prefetch_row(b.x[r + kPrefetchRows], D * sizeof(T));
@@ -175,9 +185,14 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void*) {
       }
       const __m512 a = _mm512_mul_ps(xc, _mm512_loadu_ps(cs + j));
       const __m512 s = _mm512_mul_ps(xp, _mm512_loadu_ps(sn + j));
-      Io<T>::store(out + j, _mm512_add_ps(a, s), m);
+      if (stream) {
+        Io<T>::stream(out + j, _mm512_add_ps(a, s));
+      } else {
+        Io<T>::store(out + j, _mm512_add_ps(a, s), m);
+      }
     }
   }
+  if (b.stream_out) _mm_sfence();  // order the non-temporal stores before the batch ends
 }
 
 // Signed permutation with gather chunks: the row is converted to an fp32 buffer first.
