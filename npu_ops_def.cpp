@@ -12,6 +12,10 @@ TORCH_LIBRARY(npu_ops_transformer_ext, m) {
   m.def("rope_matrix_qk(Tensor q, Tensor k, Tensor y, Tensor sin, Tensor cos) -> (Tensor, Tensor)");
   // In-place: x <- rope_matrix(x, y, sin, cos).
   m.def("rope_matrix_(Tensor(a!) x, Tensor y, Tensor sin, Tensor cos) -> ()");
+  // x-gradients used by autograd (implemented in Python, autograd.py, on top of the ops above):
+  // grad * cos + (grad * sin) @ y^T, one rope_matrix(grad, y^T, sin', cos) call where possible.
+  m.def("rope_matrix_backward(Tensor grad, Tensor y, Tensor sin, Tensor cos) -> Tensor");
+  m.def("rope_matrix_qk_backward(Tensor grad_q, Tensor grad_k, Tensor y, Tensor sin, Tensor cos) -> (Tensor, Tensor)");
 }
 
 // `import npu_ops_transformer_ext._C` loads this library, which runs the registrations above.

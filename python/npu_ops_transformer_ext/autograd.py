@@ -113,8 +113,12 @@ def _dx_general(g: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
 # ---- helper ops: the x-gradient, with the path chosen on the values ----------------------------
 
 
-@torch.library.custom_op(f"{_NS}::rope_matrix_backward", mutates_args=())
-def rope_matrix_backward(grad: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
+# The schemas are in npu_ops_def.cpp with the others; the implementations (any device, composed of
+# the registered ops) and the fake kernels are here.
+_lib = torch.library.Library(_NS, "IMPL")
+
+
+def _rope_matrix_backward(grad: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
     """x-gradient of ``rope_matrix``: ``grad * cos + (grad * sin) @ y^T`` (see the module doc)."""
     yt = y.t().contiguous()
     s = _dx_table(y, sin)
@@ -123,13 +127,12 @@ def rope_matrix_backward(grad: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> T
     return _dx_general(grad, y, sin, cos)
 
 
-@rope_matrix_backward.register_fake
+@torch.library.register_fake(f"{_NS}::rope_matrix_backward")
 def _(grad, y, sin, cos):
     return torch.empty(grad.shape, dtype=grad.dtype, device=grad.device)
 
 
-@torch.library.custom_op(f"{_NS}::rope_matrix_qk_backward", mutates_args=())
-def rope_matrix_qk_backward(
+def _rope_matrix_qk_backward(
     grad_q: Tensor, grad_k: Tensor, y: Tensor, sin: Tensor, cos: Tensor
 ) -> tuple[Tensor, Tensor]:
     """x-gradients of ``rope_matrix_qk`` for q and k, in one ``rope_matrix_qk`` call when possible."""
@@ -140,12 +143,18 @@ def rope_matrix_qk_backward(
     return _dx_general(grad_q, y, sin, cos), _dx_general(grad_k, y, sin, cos)
 
 
-@rope_matrix_qk_backward.register_fake
+@torch.library.register_fake(f"{_NS}::rope_matrix_qk_backward")
 def _(grad_q, grad_k, y, sin, cos):
     return (
         torch.empty(grad_q.shape, dtype=grad_q.dtype, device=grad_q.device),
         torch.empty(grad_k.shape, dtype=grad_k.dtype, device=grad_k.device),
     )
+
+
+_lib.impl("rope_matrix_backward", _rope_matrix_backward, "CompositeExplicitAutograd")
+_lib.impl("rope_matrix_qk_backward", _rope_matrix_qk_backward, "CompositeExplicitAutograd")
+rope_matrix_backward = _ops.rope_matrix_backward
+rope_matrix_qk_backward = _ops.rope_matrix_qk_backward
 
 
 # ---- table / matrix gradients -------------------------------------------------------------------
@@ -232,8 +241,6 @@ torch.library.register_autograd(
 
 
 # ---- rope_matrix_: refuse autograd, keep the version counter honest -----------------------------
-
-_lib = torch.library.Library(_NS, "IMPL")
 
 
 def _rope_matrix_inplace_autograd(x, y, sin, cos):
