@@ -19,10 +19,8 @@
 #include <memory>
 #include <vector>
 
-#ifdef __linux__
-#include <sys/mman.h>
-#endif
 
+#include "cpu_kernel/output_cache.h"
 #include "cpu_kernel/rotate_plan.h"
 #include "cpu_kernel/rows.h"
 #include "validation/rope_matrix_validate.h"
@@ -213,24 +211,8 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
   });
 }
 
-// A new contiguous output. A large fresh allocation is memory the kernel will touch for the first
-// time; on Linux, asking for transparent huge pages turns ~500 page faults per MiB into one, which
-// otherwise cost more than the kernel itself (the advice changes no value and is ignored where THP
-// is off).
-at::Tensor new_output(const at::Tensor& like) {
-  at::Tensor out = at::empty(like.sizes(), like.options().memory_format(at::MemoryFormat::Contiguous));
-#ifdef __linux__
-  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-  const size_t nbytes = out.nbytes();
-  if (nbytes >= 4 * kHuge) {
-    const uintptr_t p = reinterpret_cast<uintptr_t>(out.data_ptr());
-    const uintptr_t begin = (p + kHuge - 1) & ~(kHuge - 1);
-    const uintptr_t end = (p + nbytes) & ~(kHuge - 1);
-    if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-  }
-#endif
-  return out;
-}
+// A new contiguous output (large ones from the output cache, see output_cache.h).
+at::Tensor new_output(const at::Tensor& like) { return empty_output(like.sizes(), like.scalar_type()); }
 
 // x with unit stride in its last dim (the row kernels read rows as contiguous runs).
 at::Tensor rows_contiguous(const at::Tensor& t) {

@@ -204,3 +204,40 @@ def test_random_shapes_and_strides(lead, s, half_d, mode, dtype, table_fp32, bca
     cos = torch.randn(tshape, generator=g).to(tdt)
     y = mode_matrix(mode, [d], dtype=dtype)
     torch.testing.assert_close(ops.rope_matrix(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+
+
+# ---- large outputs come from the output cache ---------------------------------------------------
+
+
+@pytest.mark.parametrize("cache_mb", ["512", "0"])
+def test_large_outputs_reuse_buffers_without_stale_values(monkeypatch, cache_mb):
+    monkeypatch.setenv("NPU_OPS_CPU_OUTPUT_CACHE_MB", cache_mb)
+    g = torch.Generator().manual_seed(3)
+    shape = (1, 4, 2048, 128)  # 2 MiB of bf16 per tensor x 2 (q, k): above the cache's threshold
+    y = mode_matrix("interleave", [128])
+    sin, cos = torch.randn(2, 2048, 128, generator=g).unbind(0)
+    seen = set()
+    for i in range(4):
+        x = torch.randn((2,) + shape[1:], generator=g).bfloat16()
+        out = ops.rope_matrix(x, y, sin, cos)
+        torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+        seen.add(out.data_ptr())
+        # A different input into a (possibly) reused buffer: every element must be rewritten.
+        x2 = torch.zeros_like(x)
+        out2 = ops.rope_matrix(x2, y, sin, cos)
+        assert (out2 == 0).all()
+        del out, out2
+    if cache_mb != "0":
+        assert len(seen) < 4, "freed outputs were not reused"
+
+
+def test_cached_output_behaves_like_any_tensor():
+    x = torch.randn(2, 4, 2048, 128).bfloat16()
+    y = mode_matrix("half", [128])
+    sin = cos = torch.randn(2048, 128).bfloat16()
+    out = ops.rope_matrix(x, y, sin, cos)
+    ref = out.clone()
+    out.resize_(4, 4, 2048, 128)  # grows through the allocator
+    assert torch.equal(out[:2], ref)
+    out.add_(1)
+    assert out.is_contiguous() and out.device.type == "cpu"

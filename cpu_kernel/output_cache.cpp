@@ -1,0 +1,126 @@
+#include "cpu_kernel/output_cache.h"
+
+#include <ATen/EmptyTensor.h>
+#include <c10/core/CPUAllocator.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <mutex>
+
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
+
+namespace npu_ops_transformer_ext {
+namespace cpu {
+
+namespace {
+
+constexpr size_t kHugePage = size_t(2) << 20;
+
+struct Block {
+  void* ptr;
+  size_t bytes;
+};
+
+size_t cache_cap_bytes() {
+  const char* v = std::getenv("NPU_OPS_CPU_OUTPUT_CACHE_MB");
+  const long long mb = v != nullptr ? std::atoll(v) : 512;
+  return mb > 0 ? static_cast<size_t>(mb) << 20 : 0;
+}
+
+class Cache {
+ public:
+  // A block of exactly `bytes` (a multiple of kHugePage): a cached one, or a new one.
+  Block* take(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = free_.begin(); it != free_.end(); ++it) {
+        if ((*it)->bytes == bytes) {
+          Block* b = *it;
+          free_.erase(it);
+          held_ -= b->bytes;
+          return b;
+        }
+      }
+    }
+    void* p = nullptr;
+    if (posix_memalign(&p, kHugePage, bytes) != 0 || p == nullptr) {
+      TORCH_CHECK(false, "rope_matrix: out of memory allocating ", bytes, " bytes for the output");
+    }
+#ifdef __linux__
+    madvise(p, bytes, MADV_HUGEPAGE);  // advice only; ignored where THP is off
+#endif
+    return new Block{p, bytes};
+  }
+
+  void give_back(Block* b) {
+    const size_t cap = cache_cap_bytes();
+    std::list<Block*> evicted;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (b->bytes <= cap) {
+        free_.push_front(b);
+        held_ += b->bytes;
+        b = nullptr;
+      }
+      while (held_ > cap && !free_.empty()) {
+        evicted.push_back(free_.back());
+        held_ -= free_.back()->bytes;
+        free_.pop_back();
+      }
+    }
+    if (b != nullptr) evicted.push_back(b);
+    for (Block* e : evicted) {
+      std::free(e->ptr);
+      delete e;
+    }
+  }
+
+  size_t held() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return held_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::list<Block*> free_;  // most recently freed first
+  size_t held_ = 0;
+};
+
+// Never destroyed: a tensor may outlive static destruction at exit and still free its buffer.
+Cache& cache() {
+  static Cache* c = new Cache();
+  return *c;
+}
+
+void release(void* ctx) { cache().give_back(static_cast<Block*>(ctx)); }
+
+struct OutputAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    if (n < kOutputCacheMinBytes) return c10::GetCPUAllocator()->allocate(n);
+    Block* b = cache().take((n + kHugePage - 1) / kHugePage * kHugePage);
+    return {b->ptr, b, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+OutputAllocator& allocator() {
+  static OutputAllocator* a = new OutputAllocator();
+  return *a;
+}
+
+}  // namespace
+
+at::Tensor empty_output(at::IntArrayRef sizes, at::ScalarType dtype) {
+  return at::detail::empty_generic(sizes, &allocator(), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                   dtype, at::MemoryFormat::Contiguous);
+}
+
+size_t output_cache_bytes() { return cache().held(); }
+
+}  // namespace cpu
+}  // namespace npu_ops_transformer_ext
