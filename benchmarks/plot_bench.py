@@ -7,7 +7,7 @@ import argparse
 import csv
 from collections import defaultdict
 
-ORDER = ["rope_matrix", "compile_v1", "eager_v3", "eager_v1", "clone", "copy_"]
+ORDER = ["rope_matrix", "rope_matrix_nocache", "compile_v1", "eager_v3", "eager_v1", "clone", "copy_"]
 
 
 def main():

@@ -34,7 +34,7 @@ class Cache {
  public:
   // A block of exactly `bytes` (a multiple of kHugePage): a cached one, or a new one.
   Block* take(size_t bytes) {
-    {
+    if (cache_cap_bytes() > 0) {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto it = free_.begin(); it != free_.end(); ++it) {
         if ((*it)->bytes == bytes) {

@@ -133,7 +133,7 @@ inline void advance(int n, const int64_t* size, int64_t* idx) {
 
 template <typename C>
 void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>& ops, const Kernels& k,
-                bool stream) {
+                bool stream, bool in_place) {
   const int64_t D = plan.D, Dp = plan.Dp;
   const int64_t R = std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))),
                                         1, kMaxBlockRows);
@@ -203,7 +203,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
             xrow[r] = o.x_base + xb * o.elem + xt_off[i][r];
             orow[r] = o.out_base + ob * o.elem + ot_off[i][r];
           }
-          k.rows(plan, RowBatch{nr, xrow.data(), orow.data(), cosrow.data(), sinrow.data(), stream}, scratch);
+          k.rows(plan, RowBatch{nr, xrow.data(), orow.data(), cosrow.data(), sinrow.data(), stream, in_place}, scratch);
           advance(o.nb, o.b_size.data(), bidx.data());
         }
       }
@@ -240,18 +240,19 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
   for (const auto& p : xs) {
     if (p.first.numel() > 0) ops.push_back(describe_operand(p.first, p.second, sin, cos));
   }
-  bool stream = true;
+  bool in_place = false;
   int64_t out_bytes = 0;
   for (const auto& p : xs) {
-    stream = stream && !p.first.is_same(p.second);  // in place: the lines are in cache already
+    in_place = in_place || p.first.is_same(p.second);
     out_bytes += p.second.nbytes();
   }
-  stream = stream && out_bytes >= kStreamBytes;
+  // In place, the lines are in cache already: nothing to gain from streaming.
+  const bool stream = !in_place && out_bytes >= kStreamBytes;
   const Kernels k = select_kernels(x0.scalar_type(), sin.scalar_type(), cos.scalar_type(), plan);
   if (x0.scalar_type() == at::kDouble) {
-    run_blocks<double>(plan, tab, ops, k, stream);
+    run_blocks<double>(plan, tab, ops, k, stream, in_place);
   } else {
-    run_blocks<float>(plan, tab, ops, k, stream);
+    run_blocks<float>(plan, tab, ops, k, stream, in_place);
   }
 }
 

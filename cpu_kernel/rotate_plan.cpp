@@ -61,6 +61,35 @@ ChunkPlan plan_chunk(const std::vector<int32_t>& partner, int64_t D, int64_t c) 
   }
   if (va < 0) va = 0;
   if (vb < 0) vb = va;
+  // Runs of consecutive partners (lane l + 1 reads the element after lane l's).
+  int32_t nseg = 0;
+  int32_t seg_base[kLanes];
+  uint32_t seg_mask[kLanes];
+  for (int64_t l = 0; l < n; ++l) {
+    const int32_t s = partner[j0 + l];
+    if (s < 0) continue;
+    if (nseg > 0 && l > 0 && partner[j0 + l - 1] == s - 1) {
+      seg_mask[nseg - 1] |= 1u << l;
+    } else {
+      seg_base[nseg] = s - static_cast<int32_t>(l);
+      seg_mask[nseg] = 1u << l;
+      ++nseg;
+    }
+  }
+  // Cost in vector instructions (a source vector other than the chunk's own costs a load and a
+  // conversion; a run costs a masked load, plus one conversion for them all).
+  const int32_t own = static_cast<int32_t>(c);
+  const int permute_cost = two ? 1 + 2 * (va != own) + 2 * (vb != own && vb != va) : 1 << 20;
+  const int segment_cost = nseg <= kMaxSegments ? nseg + 1 : 1 << 20;
+  if (segment_cost < permute_cost) {
+    p.kind = static_cast<int32_t>(ChunkKind::kSegments);
+    p.nseg = nseg;
+    for (int32_t k = 0; k < nseg; ++k) {
+      p.seg_base[k] = seg_base[k];
+      p.seg_mask[k] = seg_mask[k];
+    }
+    return p;
+  }
   if (two) {
     p.kind = static_cast<int32_t>(ChunkKind::kPermute);
     p.a = va;

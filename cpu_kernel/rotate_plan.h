@@ -27,7 +27,11 @@ enum class ChunkKind : int32_t {
   kOffset = 0,   // partners are xf[start .. start+15], consecutive: one unaligned load
   kPermute = 1,  // partners lie in the aligned vectors a and b: one two-source permute
   kGather = 2,   // anything else: one gather
+  kSegments = 3, // partners form up to kMaxSegments runs of consecutive elements: one masked
+                 // load per run
 };
+
+constexpr int kMaxSegments = 3;
 
 struct alignas(64) ChunkPlan {
   int32_t idx[kLanes];    // kPermute: lane index into (vector a | vector b); kGather: xf index
@@ -35,6 +39,9 @@ struct alignas(64) ChunkPlan {
   int32_t start;          // kOffset: first partner index
   int32_t a, b;           // kPermute: source vectors (in units of 16 floats)
   uint32_t nonzero_mask;  // lanes whose partner exists (zero column -> lane forced to 0)
+  int32_t nseg;                       // kSegments: number of runs
+  int32_t seg_base[kMaxSegments];     // kSegments: lane l of run k reads x[seg_base[k] + l]
+  uint32_t seg_mask[kMaxSegments];    // kSegments: the lanes of run k
 };
 
 struct RotatePlan {

@@ -18,6 +18,7 @@ struct RowBatch {
   const void* const* cos;   // [n] table rows, compute type C, length Dp
   const void* const* sin;   // [n] table rows, compute type C, length Dp
   bool stream_out;          // hint: out is large and fresh; non-temporal stores may be used
+  bool in_place;            // out[r] == x[r]: a row must be read whole before any of it is written
 };
 
 // Per-thread scratch the row kernels may use: kScratchRows fp32/fp64 rows of Dp + 16 entries.

@@ -47,6 +47,11 @@ struct Io<float> {
   }
   static __m512 round_trip(__m512 v) { return v; }
   static void stream(float* p, __m512 v) { _mm512_stream_ps(p, v); }
+  // Lanes of `m` from p[lane], the rest kept from `acc`, as fp32.
+  using Raw = __m512;
+  static Raw raw_zero() { return _mm512_setzero_ps(); }
+  static Raw raw_merge(Raw acc, __mmask16 m, const float* p) { return _mm512_mask_loadu_ps(acc, m, p); }
+  static __m512 raw_to_fp32(Raw r) { return r; }
 };
 
 inline __m256i bf16_bits_rne(__m512 v) {
@@ -90,6 +95,10 @@ struct Io<c10::BFloat16> {
   static void stream(c10::BFloat16* p, __m512 v) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p), to_bits(v));
   }
+  using Raw = __m256i;
+  static Raw raw_zero() { return _mm256_setzero_si256(); }
+  static Raw raw_merge(Raw acc, __mmask16 m, const c10::BFloat16* p) { return _mm256_mask_loadu_epi16(acc, m, p); }
+  static __m512 raw_to_fp32(Raw r) { return bf16_bits_to_fp32(r); }
 };
 
 template <>
@@ -113,6 +122,10 @@ struct Io<c10::Half> {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p),
                         _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
+  using Raw = __m256i;
+  static Raw raw_zero() { return _mm256_setzero_si256(); }
+  static Raw raw_merge(Raw acc, __mmask16 m, const c10::Half* p) { return _mm256_mask_loadu_epi16(acc, m, p); }
+  static __m512 raw_to_fp32(Raw r) { return _mm512_cvtph_ps(r); }
 };
 
 // Loads row x (D elements) into the fp32 buffer xf, zero-padded to Dp + 16.
@@ -143,6 +156,13 @@ inline __m512 partners(const ChunkPlan& c, const float* xf) {
                                           _mm512_load_ps(xf + c.a * kLanes),
                                           _mm512_load_si512(c.idx),
                                           _mm512_load_ps(xf + c.b * kLanes));
+    case ChunkKind::kSegments: {
+      __m512 v = _mm512_setzero_ps();
+      for (int32_t k = 0; k < c.nseg; ++k) {
+        v = _mm512_mask_loadu_ps(v, static_cast<__mmask16>(c.seg_mask[k]), xf + c.seg_base[k]);
+      }
+      return v;
+    }
     default:
       return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), static_cast<__mmask16>(c.nonzero_mask),
                                       _mm512_load_si512(c.idx), xf, 4);
@@ -150,9 +170,15 @@ inline __m512 partners(const ChunkPlan& c, const float* xf) {
 }
 
 // Signed permutation, no gather chunk: partners are read straight from the source row (an offset
-// load, or one or two aligned source vectors and a permute), so the row needs no fp32 buffer.
+// load, up to three masked loads of runs, or one or two aligned source vectors and a permute), so
+// the row needs no fp32 buffer.
 template <typename T>
-void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void*) {
+void perm_rows_buffered(const RotatePlan& plan, const RowBatch& b, void* scratch);
+
+template <typename T>
+void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+  // In place, a chunk's partners may already be overwritten: take the buffered rows.
+  if (b.in_place) return perm_rows_buffered<T>(plan, b, scratch);
   const int64_t D = plan.D, Dp = plan.Dp;
   const ChunkPlan* chunks = plan.chunks.data();
   const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
@@ -171,6 +197,14 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void*) {
       __m512 xp;
       if (cp.kind == static_cast<int32_t>(ChunkKind::kOffset)) {
         xp = Io<T>::load(x + cp.start, full ? m : lane_mask(D - cp.start));
+      } else if (cp.kind == static_cast<int32_t>(ChunkKind::kSegments)) {
+        // Masked loads never touch the lanes outside their mask, so a base before the row start
+        // or a run ending at the row's end reads nothing outside the row.
+        typename Io<T>::Raw raw = Io<T>::raw_zero();
+        for (int32_t k = 0; k < cp.nseg; ++k) {
+          raw = Io<T>::raw_merge(raw, static_cast<__mmask16>(cp.seg_mask[k]), x + cp.seg_base[k]);
+        }
+        xp = Io<T>::raw_to_fp32(raw);
       } else {
         const __mmask16 nz = static_cast<__mmask16>(cp.nonzero_mask);
         const __m512i idx = _mm512_load_si512(cp.idx);

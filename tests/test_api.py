@@ -52,9 +52,12 @@ def test_qk_different_ranks_and_errors():
         ext.rope_matrix_qk(q, torch.randn(9, 32), y, sin, cos)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_inplace(dtype):
-    x, y, sin, cos = _inputs(dtype=dtype)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("mode,split", [("half", (128,)), ("interleave", (128,)), ("quarter", (64, 64)),
+                                        ("half", (44, 44, 40)), ("interleave-half", (128,))])
+def test_inplace(dtype, mode, split):
+    # Partners live in other chunks of the same row: the row must be read before it is written.
+    x, y, sin, cos = _inputs(dtype=dtype, mode=mode, split=split)
     expected = rope_matrix_reference(x, y, sin, cos)
     ptr = x.data_ptr()
     assert ext.rope_matrix_(x, y, sin, cos) is None

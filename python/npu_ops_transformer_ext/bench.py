@@ -4,7 +4,9 @@
     python -m npu_ops_transformer_ext.bench --shape 1,24,8192,128 --modes half,3d --iters 30 --csv out.csv
 
 Providers (each computes the same result for the given mode):
-    rope_matrix   this operator
+    rope_matrix   this operator (large outputs reuse freed output buffers, see the README)
+    rope_matrix_nocache  this operator with that cache off (NPU_OPS_CPU_OUTPUT_CACHE_MB=0): every
+                  call maps fresh output memory, as clone does
     eager_v1      eager small ops in x.dtype (split, rotate_half / rotate_every_two, concat) -- seed v1
     eager_v3      eager matrix form in x.dtype, ``x*cos + (x@R)*sin`` -- seed v3
     compile_v1    torch.compile of eager_v1
@@ -37,7 +39,7 @@ MODES = {
     "3d": ("half", [44, 44, 40]),
     "dense": (None, [128]),
 }
-PROVIDERS = ["rope_matrix", "eager_v1", "eager_v3", "compile_v1", "clone", "copy_"]
+PROVIDERS = ["rope_matrix", "rope_matrix_nocache", "eager_v1", "eager_v3", "compile_v1", "clone", "copy_"]
 
 
 def _cpu_model() -> str:
@@ -78,10 +80,27 @@ def _time_round_robin(fns: dict, warmup: int, iters: int) -> dict:
     return out
 
 
+def _without_output_cache(fn):
+    def call():
+        old = os.environ.get("NPU_OPS_CPU_OUTPUT_CACHE_MB")
+        os.environ["NPU_OPS_CPU_OUTPUT_CACHE_MB"] = "0"
+        try:
+            return fn()
+        finally:
+            if old is None:
+                del os.environ["NPU_OPS_CPU_OUTPUT_CACHE_MB"]
+            else:
+                os.environ["NPU_OPS_CPU_OUTPUT_CACHE_MB"] = old
+
+    return call
+
+
 def _providers(mode_name, x, y, sin, cos, sections, rot_mode):
     out = torch.empty_like(x)
+    ours = lambda: torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos)  # noqa: E731
     fns = {
-        "rope_matrix": lambda: torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos),
+        "rope_matrix": ours,
+        "rope_matrix_nocache": _without_output_cache(ours),
         "eager_v3": lambda: rope_v3(x, sin, cos, y, compute_dtype=None),
         "clone": lambda: x.clone(),
         "copy_": lambda: out.copy_(x),
@@ -118,12 +137,12 @@ def run(shape, dtype, modes, providers, warmup, iters, csv_path):
                        x_clone=round(med / results["clone"][0], 2) if "clone" in results else "",
                        x_copy=round(med / results["copy_"][0], 2) if "copy_" in results else "", **meta)
             rows.append(row)
-    header = f"{'mode':<11}{'provider':<13}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}"
+    header = f"{'mode':<11}{'provider':<21}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}"
     print(f"rope_matrix benchmark: x {list(shape)} {meta['dtype']} BNSD, tables [1,1,S,D]; "
           f"{meta['cpu']}, {meta['threads']} threads, torch {meta['torch']}, git {meta['git']}")
     print(header)
     for r in rows:
-        print(f"{r['mode']:<11}{r['provider']:<13}{r['median_ms']:>10.2f}{r['p20_ms']:>8.2f}{r['p80_ms']:>8.2f}"
+        print(f"{r['mode']:<11}{r['provider']:<21}{r['median_ms']:>10.2f}{r['p20_ms']:>8.2f}{r['p80_ms']:>8.2f}"
               f"{r['gbps']:>8.1f}{r['x_clone']!s:>8}{r['x_copy']!s:>8}")
     if csv_path:
         os.makedirs(os.path.dirname(os.path.abspath(csv_path)), exist_ok=True)
