@@ -140,7 +140,7 @@ inline void load_row(const T* x, float* xf, int64_t D, int64_t Dp) {
 // Rows of a batch are usually consecutive in memory but short (256 bytes for D = 128 bf16) and a
 // batch ends where the next head starts, so the hardware prefetcher sees many short streams; asking
 // for a row a few rows ahead keeps the loads from waiting on DRAM.
-constexpr int64_t kPrefetchRows = 8;
+constexpr int64_t kPrefetchRows = 16;
 
 inline void prefetch_row(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
