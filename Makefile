@@ -19,4 +19,4 @@ dev:
 
 lint:
 	ruff check python tests benchmarks
-	clang-format --dry-run --Werror $$(git ls-files '*.cpp' '*.h')
+

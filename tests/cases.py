@@ -5,7 +5,6 @@ import itertools
 
 import pytest
 import torch
-
 from npu_ops_transformer_ext.reference import MODES, mode_matrix
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}

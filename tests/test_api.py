@@ -1,9 +1,9 @@
 """The op's registration and API: fused q/k, in-place, opcheck, torch.compile, errors, random shapes."""
+import npu_ops_transformer_ext as ext
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
-
-import npu_ops_transformer_ext as ext
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference
 
 ops = torch.ops.npu_ops_transformer_ext
@@ -45,6 +45,7 @@ def test_qk_different_ranks_and_errors():
     y = mode_matrix("half", [64], dtype=torch.float32)
     sin, cos = torch.randn(9, 64), torch.randn(9, 64)
     qo, ko = ext.rope_matrix_qk(q, k, y, sin, cos)
+    torch.testing.assert_close(qo, rope_matrix_reference(q, y, sin, cos), rtol=0, atol=0)
     torch.testing.assert_close(ko, rope_matrix_reference(k, y, sin, cos), rtol=0, atol=0)
     with pytest.raises(TypeError, match="q and k must have the same dtype"):
         ext.rope_matrix_qk(q, k.double(), y, sin, cos)

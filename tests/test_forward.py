@@ -1,12 +1,10 @@
 """Forward numerics of rope_matrix on CPU against the fp32 reference and the seed's versions."""
+import npu_ops_transformer_ext as ext
 import pytest
 import torch
-
-import npu_ops_transformer_ext as ext
-from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference, rope_v1, rope_v2
-from npu_ops_transformer_ext.matrices import get_half_matrix, get_interleave_matrix
-
 from cases import SPLITS, forward_cases, make_inputs
+from npu_ops_transformer_ext.matrices import get_half_matrix, get_interleave_matrix
+from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference, rope_v1, rope_v2
 
 op = torch.ops.npu_ops_transformer_ext.rope_matrix
 

@@ -8,9 +8,12 @@ Ascend NPUs. torch_npu is never needed to import the package.
 """
 import torch  # noqa: F401  (loads libtorch before our extension)
 
-from . import _C  # noqa: F401  (registers the schemas and the CPU kernel)
-from .ops import rope_matrix, rope_matrix_, rope_matrix_qk
-from . import autograd  # noqa: F401  (registers backward formulas and the rope_matrix_ grad rule)
+from . import (  # noqa: F401  (model drop-ins, sequence parallel; diffusers_patch and precision are imported on demand)
+    _C,
+    autograd,
+    models,
+    parallel,
+)
 from .matrices import (
     compose_matrix,
     get_half_matrix,
@@ -19,24 +22,24 @@ from .matrices import (
     get_quarter_matrix,
     is_signed_permutation,
 )
+from .ops import rope_matrix, rope_matrix_, rope_matrix_qk
 from .tables import RopeTables, RotaryEmbedding, rope_1d, rope_mrope, rope_nd
-from . import models, parallel  # noqa: F401  (model drop-ins, sequence parallel; diffusers_patch and precision are imported on demand)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "rope_matrix",
-    "rope_matrix_",
-    "rope_matrix_qk",
+    "RopeTables",
+    "RotaryEmbedding",
     "compose_matrix",
     "get_half_matrix",
     "get_interleave_half_matrix",
     "get_interleave_matrix",
     "get_quarter_matrix",
     "is_signed_permutation",
-    "RopeTables",
-    "RotaryEmbedding",
     "rope_1d",
+    "rope_matrix",
+    "rope_matrix_",
+    "rope_matrix_qk",
     "rope_mrope",
     "rope_nd",
 ]

@@ -57,8 +57,8 @@ def _cpu_model() -> str:
 def _git_sha() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(__file__), timeout=5).stdout.strip() or "unknown"
-    except Exception:
+                              cwd=os.path.dirname(__file__), timeout=5, check=False).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
         return "unknown"
 
 
@@ -98,7 +98,7 @@ def _without_output_cache(fn):
 
 def _providers(mode_name, x, y, sin, cos, sections, rot_mode):
     out = torch.empty_like(x)
-    ours = lambda: torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos)  # noqa: E731
+    ours = lambda: torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos)
     fns = {
         "rope_matrix": ours,
         "rope_matrix_nocache": _without_output_cache(ours),
@@ -121,8 +121,10 @@ def run(shape, dtype, modes, providers, warmup, iters, csv_path):
     cos = torch.randn(1, 1, s, d, generator=g).to(dtype)
     elem = x.element_size()
     moved = 2 * x.numel() * elem + 2 * sin.numel() * elem
-    meta = dict(torch=torch.__version__, git=_git_sha(), cpu=_cpu_model(), threads=torch.get_num_threads(),
-                dtype=str(dtype).replace("torch.", ""), shape="x".join(map(str, shape)), layout="BNSD")
+    meta = {
+        "torch": torch.__version__, "git": _git_sha(), "cpu": _cpu_model(), "threads": torch.get_num_threads(),
+        "dtype": str(dtype).replace("torch.", ""), "shape": "x".join(map(str, shape)), "layout": "BNSD",
+    }
     rows = []
     for mode_name in modes:
         rot_mode, sections = MODES[mode_name]
@@ -141,10 +143,13 @@ def run(shape, dtype, modes, providers, warmup, iters, csv_path):
                 results.update(_time_round_robin({p: fns[p] for p in group}, warmup, iters))
         results = {p: results[p] for p in chosen}
         for p, (med, p20, p80) in results.items():
-            row = dict(op="rope_matrix", mode=mode_name, provider=p, median_ms=round(med, 3), p20_ms=round(p20, 3),
-                       p80_ms=round(p80, 3), gbps=round(moved / med / 1e6, 2),
-                       x_clone=round(med / results["clone"][0], 2) if "clone" in results else "",
-                       x_copy=round(med / results["copy_"][0], 2) if "copy_" in results else "", **meta)
+            row = {
+                "op": "rope_matrix", "mode": mode_name, "provider": p, "median_ms": round(med, 3),
+                "p20_ms": round(p20, 3), "p80_ms": round(p80, 3), "gbps": round(moved / med / 1e6, 2),
+                "x_clone": round(med / results["clone"][0], 2) if "clone" in results else "",
+                "x_copy": round(med / results["copy_"][0], 2) if "copy_" in results else "",
+                **meta,
+            }
             rows.append(row)
     header = f"{'mode':<11}{'provider':<21}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}"
     print(f"rope_matrix benchmark: x {list(shape)} {meta['dtype']} BNSD, tables [1,1,S,D]; "

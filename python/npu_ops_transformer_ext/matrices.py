@@ -13,11 +13,11 @@ from __future__ import annotations
 import torch
 
 __all__ = [
-    "get_interleave_matrix",
-    "get_half_matrix",
-    "get_quarter_matrix",
-    "get_interleave_half_matrix",
     "compose_matrix",
+    "get_half_matrix",
+    "get_interleave_half_matrix",
+    "get_interleave_matrix",
+    "get_quarter_matrix",
     "is_signed_permutation",
 ]
 

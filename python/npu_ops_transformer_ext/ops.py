@@ -12,7 +12,7 @@ import torch
 _NS = "npu_ops_transformer_ext"
 _X_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 
-__all__ = ["rope_matrix", "rope_matrix_qk", "rope_matrix_"]
+__all__ = ["rope_matrix", "rope_matrix_", "rope_matrix_qk"]
 
 
 def rope_matrix(x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
@@ -130,4 +130,3 @@ def _rope_matrix_qk_fake(q, k, y, sin, cos):
 @torch.library.register_fake(f"{_NS}::rope_matrix_")
 def _rope_matrix_inplace_fake(x, y, sin, cos):
     check_inputs("rope_matrix_", x, y, sin, cos)
-    return None

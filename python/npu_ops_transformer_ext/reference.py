@@ -13,7 +13,7 @@ permutation all of them equal ``rope_matrix_reference`` and the operator bit for
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -29,13 +29,13 @@ __all__ = [
     "MODES",
     "mode_matrix",
     "rope_matrix_reference",
-    "rotate_half",
-    "rotate_every_two",
-    "rotate_quarter",
-    "rotate_interleave_half",
     "rope_v1",
     "rope_v2",
     "rope_v3",
+    "rotate_every_two",
+    "rotate_half",
+    "rotate_interleave_half",
+    "rotate_quarter",
 ]
 
 MODES = ("half", "interleave", "quarter", "interleave-half")
@@ -107,7 +107,7 @@ def _split(t: torch.Tensor, sections: Sequence[int]):
     return t.split(list(sections), dim=-1)
 
 
-def rope_v1(x, sin, cos, mode: str, sections: Optional[Sequence[int]] = None, compute_dtype=torch.float32):
+def rope_v1(x, sin, cos, mode: str, sections: Sequence[int] | None = None, compute_dtype=torch.float32):
     """Seed v1, small ops: split D by ``sections``, rotate each part by element rearrangement, concat."""
     sections = [x.shape[-1]] if sections is None else list(sections)
     rot = _ROTATE[mode]
