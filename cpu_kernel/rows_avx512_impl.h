@@ -52,6 +52,11 @@ struct Io<float> {
   static Raw raw_zero() { return _mm512_setzero_ps(); }
   static Raw raw_merge(Raw acc, __mmask16 m, const float* p) { return _mm512_mask_loadu_ps(acc, m, p); }
   static __m512 raw_to_fp32(Raw r) { return r; }
+  // Unchecked stores and the lanes they would get wrong (none for fp32).
+  static constexpr bool kMayNeedFixup = false;
+  static __mmask16 needs_fixup(__m512) { return 0; }
+  static void store_unchecked(float* p, __m512 v, __mmask16 m) { store(p, v, m); }
+  static void stream_unchecked(float* p, __m512 v) { stream(p, v); }
 };
 
 inline __m256i bf16_bits_rne(__m512 v) {
@@ -99,6 +104,27 @@ struct Io<c10::BFloat16> {
   static Raw raw_zero() { return _mm256_setzero_si256(); }
   static Raw raw_merge(Raw acc, __mmask16 m, const c10::BFloat16* p) { return _mm256_mask_loadu_epi16(acc, m, p); }
   static __m512 raw_to_fp32(Raw r) { return bf16_bits_to_fp32(r); }
+  // Unchecked stores: with AVX512_BF16 one vcvtneps2bf16, wrong only for subnormal lanes, which
+  // needs_fixup reports so the caller can redo that row through the checked path.
+#ifdef NPU_OPS_NATIVE_BF16
+  static constexpr bool kMayNeedFixup = true;
+  static __mmask16 needs_fixup(__m512 v) { return _mm512_fpclass_ps_mask(v, 0x20); }
+  static __m256i bits_unchecked(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
+#else
+  static constexpr bool kMayNeedFixup = false;
+  static __mmask16 needs_fixup(__m512) { return 0; }
+  static __m256i bits_unchecked(__m512 v) { return bf16_bits_rne(v); }
+#endif
+  static void store_unchecked(c10::BFloat16* p, __m512 v, __mmask16 m) {
+    if (m == 0xFFFF) {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits_unchecked(v));
+    } else {
+      _mm256_mask_storeu_epi16(p, m, bits_unchecked(v));
+    }
+  }
+  static void stream_unchecked(c10::BFloat16* p, __m512 v) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bits_unchecked(v));
+  }
 };
 
 template <>
@@ -126,6 +152,10 @@ struct Io<c10::Half> {
   static Raw raw_zero() { return _mm256_setzero_si256(); }
   static Raw raw_merge(Raw acc, __mmask16 m, const c10::Half* p) { return _mm256_mask_loadu_epi16(acc, m, p); }
   static __m512 raw_to_fp32(Raw r) { return _mm512_cvtph_ps(r); }
+  static constexpr bool kMayNeedFixup = false;
+  static __mmask16 needs_fixup(__m512) { return 0; }
+  static void store_unchecked(c10::Half* p, __m512 v, __mmask16 m) { store(p, v, m); }
+  static void stream_unchecked(c10::Half* p, __m512 v) { stream(p, v); }
 };
 
 // Loads row x (D elements) into the fp32 buffer xf, zero-padded to Dp + 16.
@@ -169,12 +199,76 @@ inline __m512 partners(const ChunkPlan& c, const float* xf) {
   }
 }
 
-// Signed permutation, no gather chunk: partners are read straight from the source row (an offset
-// load, up to three masked loads of runs, or one or two aligned source vectors and a permute), so
-// the row needs no fp32 buffer.
+// One row of perm_rows_direct. kFull: D is a multiple of 16 (no masks); kStream: non-temporal
+// stores; kChecked: round through the always-exact path. Unchecked, it returns the lanes whose
+// rounding needs the checked path (subnormal results with AVX512_BF16), so the caller can redo the
+// row; checked, it returns 0.
+template <typename T, bool kFull, bool kStream, bool kChecked>
+inline __mmask16 direct_row(const ChunkPlan* chunks, int64_t D, int64_t Dp, const T* x, T* out,
+                            const float* cs, const float* sn) {
+  __mmask16 fixup = 0;
+  for (int64_t j = 0, c = 0; j < Dp; j += kLanes, ++c) {
+    const __mmask16 m = kFull ? static_cast<__mmask16>(0xFFFF) : lane_mask(D - j);
+    const ChunkPlan& cp = chunks[c];
+    const __m512 xc = Io<T>::load(x + j, m);
+    __m512 xp;
+    if (cp.kind == static_cast<int32_t>(ChunkKind::kOffset)) {
+      xp = Io<T>::load(x + cp.start, kFull ? m : lane_mask(D - cp.start));
+    } else if (cp.kind == static_cast<int32_t>(ChunkKind::kSegments)) {
+      // Masked loads never touch the lanes outside their mask, so a base before the row start or
+      // a run ending at the row's end reads nothing outside the row.
+      typename Io<T>::Raw raw = Io<T>::raw_zero();
+      for (int32_t k = 0; k < cp.nseg; ++k) {
+        raw = Io<T>::raw_merge(raw, static_cast<__mmask16>(cp.seg_mask[k]), x + cp.seg_base[k]);
+      }
+      xp = Io<T>::raw_to_fp32(raw);
+    } else {
+      const __mmask16 nz = static_cast<__mmask16>(cp.nonzero_mask);
+      const __m512i idx = _mm512_load_si512(cp.idx);
+      const int64_t ja = cp.a * kLanes, jb = cp.b * kLanes;
+      const __m512 va = ja == j ? xc : Io<T>::load(x + ja, kFull ? m : lane_mask(D - ja));
+      if (cp.a == cp.b) {
+        xp = _mm512_maskz_permutexvar_ps(nz, idx, va);
+      } else {
+        const __m512 vb = jb == j ? xc : Io<T>::load(x + jb, kFull ? m : lane_mask(D - jb));
+        xp = _mm512_maskz_permutex2var_ps(nz, va, idx, vb);
+      }
+    }
+    const __m512 a = _mm512_mul_ps(xc, _mm512_loadu_ps(cs + j));
+    const __m512 s = _mm512_mul_ps(xp, _mm512_loadu_ps(sn + j));
+    const __m512 r = _mm512_add_ps(a, s);
+    if constexpr (kChecked) {
+      if constexpr (kStream) {
+        Io<T>::stream(out + j, r);
+      } else {
+        Io<T>::store(out + j, r, m);
+      }
+    } else {
+      if constexpr (Io<T>::kMayNeedFixup) fixup |= Io<T>::needs_fixup(r) & m;
+      if constexpr (kStream) {
+        Io<T>::stream_unchecked(out + j, r);
+      } else {
+        Io<T>::store_unchecked(out + j, r, m);
+      }
+    }
+  }
+  return fixup;
+}
+
+template <typename T, bool kFull, bool kStream>
+inline void direct_row_exact(const ChunkPlan* chunks, int64_t D, int64_t Dp, const T* x, T* out,
+                             const float* cs, const float* sn) {
+  if (direct_row<T, kFull, kStream, false>(chunks, D, Dp, x, out, cs, sn) != 0) {
+    direct_row<T, kFull, kStream, true>(chunks, D, Dp, x, out, cs, sn);  // rare: subnormal results
+  }
+}
+
 template <typename T>
 void perm_rows_buffered(const RotatePlan& plan, const RowBatch& b, void* scratch);
 
+// Signed permutation, no gather chunk: partners are read straight from the source row (an offset
+// load, up to three masked loads of runs, or one or two aligned source vectors and a permute), so
+// the row needs no fp32 buffer.
 template <typename T>
 void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   // In place, a chunk's partners may already be overwritten: take the buffered rows.
@@ -185,45 +279,17 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   for (int64_t r = 0; r < b.n; ++r) {
     const T* x = static_cast<const T*>(b.x[r]);
     T* out = static_cast<T*>(b.out[r]);
-    // Non-temporal stores need every chunk full and aligned to its own size.
-    const bool stream = b.stream_out && full && (reinterpret_cast<uintptr_t>(out) % (kLanes * sizeof(T))) == 0;
     const float* cs = static_cast<const float*>(b.cos[r]);
     const float* sn = static_cast<const float*>(b.sin[r]);
     if (r + kPrefetchRows < b.n) prefetch_row(b.x[r + kPrefetchRows], D * sizeof(T));
-    for (int64_t j = 0, c = 0; j < Dp; j += kLanes, ++c) {
-      const __mmask16 m = full ? static_cast<__mmask16>(0xFFFF) : lane_mask(D - j);
-      const ChunkPlan& cp = chunks[c];
-      const __m512 xc = Io<T>::load(x + j, m);
-      __m512 xp;
-      if (cp.kind == static_cast<int32_t>(ChunkKind::kOffset)) {
-        xp = Io<T>::load(x + cp.start, full ? m : lane_mask(D - cp.start));
-      } else if (cp.kind == static_cast<int32_t>(ChunkKind::kSegments)) {
-        // Masked loads never touch the lanes outside their mask, so a base before the row start
-        // or a run ending at the row's end reads nothing outside the row.
-        typename Io<T>::Raw raw = Io<T>::raw_zero();
-        for (int32_t k = 0; k < cp.nseg; ++k) {
-          raw = Io<T>::raw_merge(raw, static_cast<__mmask16>(cp.seg_mask[k]), x + cp.seg_base[k]);
-        }
-        xp = Io<T>::raw_to_fp32(raw);
-      } else {
-        const __mmask16 nz = static_cast<__mmask16>(cp.nonzero_mask);
-        const __m512i idx = _mm512_load_si512(cp.idx);
-        const int64_t ja = cp.a * kLanes, jb = cp.b * kLanes;
-        const __m512 va = ja == j ? xc : Io<T>::load(x + ja, full ? m : lane_mask(D - ja));
-        if (cp.a == cp.b) {
-          xp = _mm512_maskz_permutexvar_ps(nz, idx, va);
-        } else {
-          const __m512 vb = jb == j ? xc : Io<T>::load(x + jb, full ? m : lane_mask(D - jb));
-          xp = _mm512_maskz_permutex2var_ps(nz, va, idx, vb);
-        }
-      }
-      const __m512 a = _mm512_mul_ps(xc, _mm512_loadu_ps(cs + j));
-      const __m512 s = _mm512_mul_ps(xp, _mm512_loadu_ps(sn + j));
-      if (stream) {
-        Io<T>::stream(out + j, _mm512_add_ps(a, s));
-      } else {
-        Io<T>::store(out + j, _mm512_add_ps(a, s), m);
-      }
+    // Non-temporal stores need every chunk full and aligned to its own size.
+    const bool stream = b.stream_out && full && (reinterpret_cast<uintptr_t>(out) % (kLanes * sizeof(T))) == 0;
+    if (!full) {
+      direct_row_exact<T, false, false>(chunks, D, Dp, x, out, cs, sn);
+    } else if (stream) {
+      direct_row_exact<T, true, true>(chunks, D, Dp, x, out, cs, sn);
+    } else {
+      direct_row_exact<T, true, false>(chunks, D, Dp, x, out, cs, sn);
     }
   }
   if (b.stream_out) _mm_sfence();  // order the non-temporal stores before the batch ends
