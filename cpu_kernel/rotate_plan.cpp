@@ -130,6 +130,19 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
       plan.y32[i * plan.Dp + j] = static_cast<float>(yp[i * D + j]);
     }
   }
+  bool bf16_exact = D % 2 == 0;
+  for (int64_t k = 0; k < D * D && bf16_exact; ++k) {
+    bf16_exact = static_cast<double>(static_cast<float>(c10::BFloat16(static_cast<float>(yp[k])))) == yp[k];
+  }
+  if (bf16_exact) {
+    plan.y_bf16_pairs.assign(D * plan.Dp, c10::BFloat16(0.0f));
+    for (int64_t i2 = 0; i2 < D / 2; ++i2) {
+      for (int64_t j = 0; j < D; ++j) {
+        plan.y_bf16_pairs[(i2 * plan.Dp + j) * 2] = c10::BFloat16(static_cast<float>(yp[(2 * i2) * D + j]));
+        plan.y_bf16_pairs[(i2 * plan.Dp + j) * 2 + 1] = c10::BFloat16(static_cast<float>(yp[(2 * i2 + 1) * D + j]));
+      }
+    }
+  }
   return plan;
 }
 

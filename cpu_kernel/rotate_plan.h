@@ -12,6 +12,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/util/BFloat16.h>
 
 #include <cstdint>
 #include <memory>
@@ -56,6 +57,9 @@ struct RotatePlan {
   // Dense: y as double and as float, row-major [D][Dp] with zero padding.
   std::vector<double> y64;
   std::vector<float> y32;
+  // Dense y whose every entry is exact in bf16 and D even: rows 2i and 2i+1 interleaved as bf16
+  // pairs, [D/2][Dp][2], for the AVX512_BF16 dot-product GEMM (empty otherwise).
+  std::vector<c10::BFloat16> y_bf16_pairs;
 };
 
 // Inspects y ([D, D], any dtype/strides) in O(D^2) and compiles it.
