@@ -192,20 +192,23 @@ def test_different_devices():
     dtype=st.sampled_from([torch.bfloat16, torch.float16, torch.float32]),
     table_fp32=st.booleans(),
     bcast_mask=st.integers(0, 15),
+    cos_mask=st.integers(0, 15),
     transpose=st.booleans(),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_random_shapes_and_strides(lead, s, half_d, mode, dtype, table_fp32, bcast_mask, transpose, seed):
+def test_random_shapes_and_strides(lead, s, half_d, mode, dtype, table_fp32, bcast_mask, cos_mask, transpose, seed):
     g = torch.Generator().manual_seed(seed)
     d = 2 * half_d
     shape = tuple(lead) + (s, d)
     x = torch.randn(shape, generator=g).to(dtype)
     if transpose and x.dim() >= 3:
         x = x.transpose(0, -2).contiguous().transpose(0, -2)  # same values, permuted strides
+    # sin and cos broadcast independently (each its own shape and rank), each dtype on its own.
     tshape = tuple(1 if (bcast_mask >> i) & 1 else n for i, n in enumerate(shape[:-1])) + (d,)
-    tdt = torch.float32 if table_fp32 else dtype
-    sin = torch.randn(tshape, generator=g).to(tdt)
-    cos = torch.randn(tshape, generator=g).to(tdt)
+    cshape = tuple(1 if (cos_mask >> i) & 1 else n for i, n in enumerate(shape[:-1])) + (d,)
+    cshape = cshape[cos_mask % 2:] if len(cshape) > 1 else cshape
+    sin = torch.randn(tshape, generator=g).to(torch.float32 if table_fp32 else dtype)
+    cos = torch.randn(cshape, generator=g).to(dtype if table_fp32 else torch.float32)
     y = mode_matrix(mode, [d], dtype=dtype)
     torch.testing.assert_close(ops.rope_matrix(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
 
