@@ -120,6 +120,20 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
     plan.sign_bits.assign(plan.Dp, 0u);
     for (int64_t j = 0; j < D; ++j) plan.sign_bits[j] = plan.sign[j] < 0 ? 0x80000000u : 0u;
     for (int64_t c = 0; c < plan.Dp / kLanes; ++c) plan.chunks.push_back(plan_chunk(plan.partner, D, c));
+    plan.pair_swap = D % 2 == 0;
+    for (int64_t j = 0; j < D; ++j) {
+      const int32_t p = plan.partner[j];
+      plan.pair_swap = plan.pair_swap && p == static_cast<int32_t>(j ^ 1);
+      auto& runs = plan.runs;
+      const bool extends = !runs.empty() && runs.back().end == j &&
+                           ((p < 0 && runs.back().src < 0) ||
+                            (p >= 0 && runs.back().src >= 0 && runs.back().src + (j - runs.back().begin) == p));
+      if (extends) {
+        runs.back().end = static_cast<int32_t>(j + 1);
+      } else {
+        runs.push_back({static_cast<int32_t>(j), static_cast<int32_t>(j + 1), p < 0 ? -1 : p});
+      }
+    }
     return plan;
   }
   plan.y64.assign(D * plan.Dp, 0.0);

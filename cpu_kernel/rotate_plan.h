@@ -54,6 +54,14 @@ struct RotatePlan {
   std::vector<int8_t> sign;      // [D], +1 or -1
   std::vector<uint32_t> sign_bits;  // [Dp], 0x80000000 where sign is -1: XOR into fp32 sin
   std::vector<ChunkPlan> chunks; // [Dp / 16]
+  // The same permutation as runs, for the portable kernels: output columns [begin, end) take
+  // their partners from src, src + 1, ... (src = -1: all-zero columns). `pair_swap`: every
+  // partner is j ^ 1 (the interleave mode), which they handle as pairs.
+  struct Run {
+    int32_t begin, end, src;
+  };
+  std::vector<Run> runs;
+  bool pair_swap = false;
   // Dense: y as double and as float, row-major [D][Dp] with zero padding.
   std::vector<double> y64;
   std::vector<float> y32;

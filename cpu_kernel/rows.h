@@ -35,17 +35,22 @@ struct Kernels {
   RowsFn rows;
   TableFn cos_table;
   TableFn sin_table;
-  const char* isa;  // "avx512_bf16", "avx512" or "generic"
+  const char* isa;  // "avx512_bf16", "avx512", "avx2" or "generic"
 };
 
 // The best kernels for these dtypes on this CPU, chosen once per call.
-// NPU_OPS_CPU_ISA=generic (or =avx512) caps the choice, for tests and comparisons.
+// NPU_OPS_CPU_ISA=generic (or avx2, avx512) caps the choice, for tests and comparisons.
 Kernels select_kernels(at::ScalarType x_dtype, at::ScalarType sin_dtype, at::ScalarType cos_dtype,
                        const RotatePlan& plan);
 
 // Portable kernels (rows_generic.cpp).
 RowsFn generic_rows_fn(at::ScalarType x_dtype, bool is_perm);
 TableFn generic_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype);
+#ifdef NPU_OPS_HAVE_AVX2
+// The portable kernels compiled for AVX2/FMA/F16C (rows_avx2.cpp).
+RowsFn avx2_rows_fn(at::ScalarType x_dtype, bool is_perm);
+TableFn avx2_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype);
+#endif
 #ifdef NPU_OPS_HAVE_AVX512
 // AVX-512 kernels (rows_avx512*.cpp); nullptr where they have none (float64).
 RowsFn avx512_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan);

@@ -1,7 +1,20 @@
 // The AVX-512 row kernels again, with AVX512_BF16's one-instruction fp32 -> bf16 rounding.
 #define NPU_OPS_AVX512_NS avx512_bf16
 #define NPU_OPS_NATIVE_BF16 1
+#include "cpu_kernel/isa_headers.h"
+
+#if defined(__clang__)
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c"))), apply_to = function)
+#elif defined(__GNUC__)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
+#endif
 #include "cpu_kernel/rows_avx512_impl.h"
+#if defined(__clang__)
+#pragma clang attribute pop
+#elif defined(__GNUC__)
+#pragma GCC pop_options
+#endif
 
 namespace npu_ops_transformer_ext {
 namespace cpu {

@@ -1,11 +1,11 @@
 // AVX-512 row kernels, included by rows_avx512.cpp (AVX-512F/BW/VL/DQ) and by
-// rows_avx512_bf16.cpp (the same plus AVX512_BF16, NPU_OPS_NATIVE_BF16 defined). Only those two
-// files are compiled with AVX-512 enabled; rows_generic.cpp calls in here only on a CPU that has it.
+// rows_avx512_bf16.cpp (the same plus AVX512_BF16, NPU_OPS_NATIVE_BF16 defined), each under a
+// target pragma; rows_generic.cpp calls in here only on a CPU that has the ISA.
 //
-// Rows are converted to fp32 in a small L1-resident buffer; each 16-lane output chunk takes its
-// partners from that buffer as its ChunkPlan says (offset load / two-source permute / gather), then
-// computes x*cos and xp*sin as two multiplies and one add (explicit intrinsics, and this file is
-// compiled with -ffp-contract=off, so no FMA can appear), and rounds once to x.dtype:
+// Each 16-lane output chunk takes its partners as its ChunkPlan says (offset load, masked loads of
+// runs, an in-register permute, or -- from an fp32 copy of the row -- a gather), then computes x*cos
+// and xp*sin as two multiplies and one add (explicit intrinsics, compiled with -ffp-contract=off, so
+// no FMA can appear), and rounds once to x.dtype:
 //   bf16: round to nearest even, exactly as c10 does: by integer arithmetic, or with AVX512_BF16's
 //         vcvtneps2bf16 (one instruction) plus a fix-up through the integer path for a vector that
 //         holds a subnormal, which that instruction flushes to zero;

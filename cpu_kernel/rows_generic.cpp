@@ -1,150 +1,75 @@
-// Portable row kernels and the run-time choice between them and the AVX-512 ones.
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-
+// The portable row kernels at the baseline ISA, and the run-time choice among all kernel families.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
-#include "cpu_kernel/rows.h"
+#define NPU_OPS_PORTABLE_NS portable
+#include "cpu_kernel/rows_portable_impl.h"
 
 namespace npu_ops_transformer_ext {
 namespace cpu {
 
 namespace {
 
-// Signed permutation: out[j] = x[j]*cos[j] + x[partner[j]]*sin[j] (sign already in sin).
-template <typename T, typename C>
-void perm_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
-  const int64_t D = plan.D;
-  C* xf = static_cast<C*>(scratch);  // D + 1 entries; xf[D] = 0 stands for an all-zero column
-  const int32_t* partner = plan.partner.data();
-  for (int64_t r = 0; r < b.n; ++r) {
-    const T* x = static_cast<const T*>(b.x[r]);
-    T* out = static_cast<T*>(b.out[r]);
-    const C* cs = static_cast<const C*>(b.cos[r]);
-    const C* sn = static_cast<const C*>(b.sin[r]);
-    for (int64_t j = 0; j < D; ++j) xf[j] = static_cast<C>(x[j]);
-    xf[D] = C(0);
-    for (int64_t j = 0; j < D; ++j) {
-      const int64_t p = partner[j] < 0 ? D : partner[j];
-      const C a = xf[j] * cs[j];
-      const C s = xf[p] * sn[j];
-      out[j] = static_cast<T>(a + s);
-    }
-  }
-}
+enum IsaLevel { kGeneric = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
 
-// Dense y: acc = x @ y accumulated in C, rounded to T (as the NPU cube writes x.dtype), then fused.
-template <typename T, typename C>
-void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
-  const int64_t D = plan.D, Dp = plan.Dp;
-  C* xf = static_cast<C*>(scratch);
-  C* acc = xf + Dp + kLanes;
-  const C* y = nullptr;
-  if constexpr (std::is_same_v<C, double>) {
-    y = plan.y64.data();
-  } else {
-    y = plan.y32.data();
-  }
-  for (int64_t r = 0; r < b.n; ++r) {
-    const T* x = static_cast<const T*>(b.x[r]);
-    T* out = static_cast<T*>(b.out[r]);
-    const C* cs = static_cast<const C*>(b.cos[r]);
-    const C* sn = static_cast<const C*>(b.sin[r]);
-    for (int64_t j = 0; j < D; ++j) {
-      xf[j] = static_cast<C>(x[j]);
-      acc[j] = C(0);
-    }
-    for (int64_t i = 0; i < D; ++i) {
-      const C xi = xf[i];
-      const C* yi = y + i * Dp;
-      for (int64_t j = 0; j < D; ++j) acc[j] += xi * yi[j];
-    }
-    for (int64_t j = 0; j < D; ++j) {
-      const C xy = static_cast<C>(static_cast<T>(acc[j]));
-      const C a = xf[j] * cs[j];
-      const C s = xy * sn[j];
-      out[j] = static_cast<T>(a + s);
-    }
-  }
-}
-
-template <typename Tt, typename C>
-void table_row(const void* src, int64_t D, int64_t Dp, const uint32_t* sign_bits, void* dst_v) {
-  const Tt* p = static_cast<const Tt*>(src);
-  C* dst = static_cast<C*>(dst_v);
-  for (int64_t j = 0; j < D; ++j) {
-    const C v = static_cast<C>(p[j]);
-    dst[j] = (sign_bits != nullptr && sign_bits[j] != 0) ? -v : v;
-  }
-  for (int64_t j = D; j < Dp; ++j) dst[j] = C(0);
-}
-
-template <typename C>
-TableFn table_for(at::ScalarType t) {
-  switch (t) {
-    case at::kBFloat16: return &table_row<c10::BFloat16, C>;
-    case at::kHalf: return &table_row<c10::Half, C>;
-    case at::kFloat: return &table_row<float, C>;
-    case at::kDouble: return &table_row<double, C>;
-    default: TORCH_CHECK(false, "rope_matrix: no CPU table conversion for dtype ", t);
-  }
-}
-
-template <typename T, typename C>
-RowsFn pick(bool is_perm) {
-  return is_perm ? &perm_rows<T, C> : &dense_rows<T, C>;
-}
-
-// 0: generic, 1: avx512, 2: avx512_bf16 -- what this CPU has, capped by NPU_OPS_CPU_ISA.
+// What this CPU has (and this build compiled), capped by NPU_OPS_CPU_ISA = generic | avx2 | avx512.
 int isa_level() {
-  int level = 0;
-#if defined(NPU_OPS_HAVE_AVX512) && (defined(__GNUC__) || defined(__clang__))
-  static const int cpu_level =
-      !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-          ? 0
-          : (__builtin_cpu_supports("avx512bf16") ? 2 : 1);
-  level = cpu_level;
+  static const int cpu_level = [] {
+    int level = kGeneric;
+#if defined(__GNUC__) || defined(__clang__)
+#ifdef NPU_OPS_HAVE_AVX2
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
+      level = kAvx2;
+    }
 #endif
+#ifdef NPU_OPS_HAVE_AVX512
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+      level = __builtin_cpu_supports("avx512bf16") ? kAvx512Bf16 : kAvx512;
+    }
+#endif
+#endif
+    return level;
+  }();
+  int level = cpu_level;
   if (const char* v = std::getenv("NPU_OPS_CPU_ISA")) {
-    if (std::strcmp(v, "generic") == 0) level = 0;
-    if (std::strcmp(v, "avx512") == 0) level = std::min(level, 1);
+    if (std::strcmp(v, "generic") == 0) level = kGeneric;
+    if (std::strcmp(v, "avx2") == 0) level = std::min(level, static_cast<int>(kAvx2));
+    if (std::strcmp(v, "avx512") == 0) level = std::min(level, static_cast<int>(kAvx512));
   }
   return level;
 }
 
 }  // namespace
 
-RowsFn generic_rows_fn(at::ScalarType t, bool is_perm) {
-  switch (t) {
-    case at::kBFloat16: return pick<c10::BFloat16, float>(is_perm);
-    case at::kHalf: return pick<c10::Half, float>(is_perm);
-    case at::kFloat: return pick<float, float>(is_perm);
-    case at::kDouble: return pick<double, double>(is_perm);
-    default: TORCH_CHECK(false, "rope_matrix: no CPU kernel for dtype ", t);
-  }
-}
+RowsFn generic_rows_fn(at::ScalarType t, bool is_perm) { return portable::rows_fn(t, is_perm); }
 
 TableFn generic_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype) {
-  return x_dtype == at::kDouble ? table_for<double>(table_dtype) : table_for<float>(table_dtype);
+  return portable::table_fn(table_dtype, x_dtype);
 }
 
 Kernels select_kernels(at::ScalarType x, at::ScalarType sin_t, at::ScalarType cos_t,
                        const RotatePlan& plan) {
   Kernels k{generic_rows_fn(x, plan.is_perm), generic_table_fn(cos_t, x), generic_table_fn(sin_t, x),
             "generic"};
-#ifdef NPU_OPS_HAVE_AVX512
   const int level = isa_level();
-  if (level >= 1 && x != at::kDouble) {
-    const bool bf16 = level >= 2;
+#ifdef NPU_OPS_HAVE_AVX2
+  if (level >= kAvx2) {
+    k = {avx2_rows_fn(x, plan.is_perm), avx2_table_fn(cos_t, x), avx2_table_fn(sin_t, x), "avx2"};
+  }
+#endif
+#ifdef NPU_OPS_HAVE_AVX512
+  if (level >= kAvx512 && x != at::kDouble) {
+    const bool bf16 = level >= kAvx512Bf16;
     k.rows = bf16 ? avx512_bf16_rows_fn(x, plan) : avx512_rows_fn(x, plan);
     k.cos_table = bf16 ? avx512_bf16_table_fn(cos_t) : avx512_table_fn(cos_t);
     k.sin_table = bf16 ? avx512_bf16_table_fn(sin_t) : avx512_table_fn(sin_t);
     k.isa = bf16 ? "avx512_bf16" : "avx512";
   }
 #endif
+  (void)level;
   return k;
 }
 

@@ -99,7 +99,7 @@ def test_partial_permutation_zero_columns_pass_through():
     assert torch.equal(out[..., r:], x[..., r:])
 
 
-@pytest.mark.parametrize("isa", ["generic", "avx512"])
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_every_kernel_family_is_exact(monkeypatch, isa, dtype):
     # NPU_OPS_CPU_ISA caps the kernel family, so the portable path is tested on this CPU too.
@@ -111,6 +111,12 @@ def test_every_kernel_family_is_exact(monkeypatch, isa, dtype):
         sin = torch.randn(23, 128, generator=g).to(dtype)
         cos = torch.randn(1, 1, 23, 128, generator=g).float()
         torch.testing.assert_close(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+    # A scattered permutation (gathers) and a partial one (all-zero columns pass x*cos through).
+    yp = _random_signed_permutation(128, g, dtype)
+    torch.testing.assert_close(op(x, yp, sin, cos), rope_matrix_reference(x, yp, sin, cos), rtol=0, atol=0)
+    ypart = torch.zeros(128, 128, dtype=dtype)
+    ypart[:96, :96] = mode_matrix("half", [96], dtype=dtype)
+    torch.testing.assert_close(op(x, ypart, sin, cos), rope_matrix_reference(x, ypart, sin, cos), rtol=0, atol=0)
     yd = (torch.randn(128, 128, generator=g) / 12).to(dtype)
     torch.testing.assert_close(op(x, yd, sin, cos), rope_matrix_reference(x, yd, sin, cos),
                                rtol=TOL[dtype], atol=TOL[dtype])
