@@ -3,18 +3,10 @@
 #define NPU_OPS_PORTABLE_NS avx2
 #include "cpu_kernel/isa_headers.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#elif defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+#define NPU_OPS_ISA_TARGET "avx2,fma,f16c"
+#include "cpu_kernel/isa_target_begin.h"
 #include "cpu_kernel/rows_portable_impl.h"
-#if defined(__clang__)
-#pragma clang attribute pop
-#elif defined(__GNUC__)
-#pragma GCC pop_options
-#endif
+#include "cpu_kernel/isa_target_end.h"
 
 namespace npu_ops_transformer_ext {
 namespace cpu {

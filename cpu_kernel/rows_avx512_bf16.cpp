@@ -3,18 +3,10 @@
 #define NPU_OPS_NATIVE_BF16 1
 #include "cpu_kernel/isa_headers.h"
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c"))), apply_to = function)
-#elif defined(__GNUC__)
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
-#endif
+#define NPU_OPS_ISA_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c"
+#include "cpu_kernel/isa_target_begin.h"
 #include "cpu_kernel/rows_avx512_impl.h"
-#if defined(__clang__)
-#pragma clang attribute pop
-#elif defined(__GNUC__)
-#pragma GCC pop_options
-#endif
+#include "cpu_kernel/isa_target_end.h"
 
 namespace npu_ops_transformer_ext {
 namespace cpu {
