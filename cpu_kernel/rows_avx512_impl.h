@@ -321,43 +321,44 @@ void perm_rows_buffered(const RotatePlan& plan, const RowBatch& b, void* scratch
   }
 }
 
-// Dense y, four rows at a time so each loaded vector of y serves four accumulators.
-template <typename T>
-void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
-  constexpr int kRows = 4;
-  constexpr int kVecs = 4;  // columns per pass: 4 x 16
+// Dense y, four rows at a time so each loaded vector of y serves four accumulators, 64 columns per
+// pass. The driver loads the rows (fp32, plus bf16 copies for the dot-product GEMM: in place, a
+// row is overwritten while later column blocks still need it), runs the GEMM policy, and finishes
+// each pass with the elementwise step.
+constexpr int kDenseRows = 4;
+constexpr int kDenseVecs = 4;
+using DenseAcc = __m512[kDenseRows][kDenseVecs];
+
+template <typename T, typename Gemm>
+void dense_rows_driver(const RotatePlan& plan, const RowBatch& b, void* scratch, Gemm gemm) {
   const int64_t D = plan.D, Dp = plan.Dp;
-  const float* y = plan.y32.data();
-  float* xf = static_cast<float*>(scratch);  // kRows rows of Dp + 16
+  float* xf = static_cast<float*>(scratch);  // kDenseRows fp32 rows of Dp + 16, then T copies
   const int64_t ld = Dp + kLanes;
-  for (int64_t r0 = 0; r0 < b.n; r0 += kRows) {
-    const int rows = static_cast<int>(std::min<int64_t>(kRows, b.n - r0));
-    for (int rr = 0; rr < kRows; ++rr) {
+  T* xcopy = reinterpret_cast<T*>(xf + kDenseRows * ld);
+  static_assert(kDenseRows * (4 + 2) <= kScratchRows * 8, "scratch too small");
+  for (int64_t r0 = 0; r0 < b.n; r0 += kDenseRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kDenseRows, b.n - r0));
+    const T* xs[kDenseRows];
+    for (int rr = 0; rr < kDenseRows; ++rr) {
       // Missing rows of a short batch repeat the last one (computed, never stored).
-      const int src = rr < rows ? rr : rows - 1;
-      load_row(static_cast<const T*>(b.x[r0 + src]), xf + rr * ld, D, Dp);
+      const T* src = static_cast<const T*>(b.x[r0 + (rr < rows ? rr : rows - 1)]);
+      load_row(src, xf + rr * ld, D, Dp);
+      std::memcpy(xcopy + rr * ld, src, D * sizeof(T));
+      xs[rr] = xcopy + rr * ld;
     }
-    for (int64_t j0 = 0; j0 < Dp; j0 += kVecs * kLanes) {
-      const int nv = static_cast<int>(std::min<int64_t>(kVecs, (Dp - j0) / kLanes));
-      __m512 acc[kRows][kVecs];
-      for (int rr = 0; rr < kRows; ++rr)
-        for (int v = 0; v < kVecs; ++v) acc[rr][v] = _mm512_setzero_ps();
-      for (int64_t i = 0; i < D; ++i) {
-        const float* yi = y + i * Dp + j0;
-        __m512 yv[kVecs];
-        for (int v = 0; v < kVecs; ++v) yv[v] = v < nv ? _mm512_loadu_ps(yi + v * kLanes) : _mm512_setzero_ps();
-        for (int rr = 0; rr < kRows; ++rr) {
-          const __m512 xb = _mm512_set1_ps(xf[rr * ld + i]);
-          for (int v = 0; v < kVecs; ++v) acc[rr][v] = _mm512_fmadd_ps(xb, yv[v], acc[rr][v]);
-        }
-      }
+    for (int64_t j0 = 0; j0 < Dp; j0 += kDenseVecs * kLanes) {
+      const int nv = static_cast<int>(std::min<int64_t>(kDenseVecs, (Dp - j0) / kLanes));
+      DenseAcc acc;
+      for (int rr = 0; rr < kDenseRows; ++rr)
+        for (int v = 0; v < kDenseVecs; ++v) acc[rr][v] = _mm512_setzero_ps();
+      gemm(acc, xf, ld, xs, j0, nv);
       for (int rr = 0; rr < rows; ++rr) {
         T* out = static_cast<T*>(b.out[r0 + rr]);
         const float* cs = static_cast<const float*>(b.cos[r0 + rr]);
         const float* sn = static_cast<const float*>(b.sin[r0 + rr]);
         for (int v = 0; v < nv; ++v) {
           const int64_t j = j0 + v * kLanes;
-          const __m512 xy = Io<T>::round_trip(acc[rr][v]);
+          const __m512 xy = Io<T>::round_trip(acc[rr][v]);  // x @ y in x.dtype, as the cube writes it
           const __m512 a = _mm512_mul_ps(_mm512_load_ps(xf + rr * ld + j), _mm512_loadu_ps(cs + j));
           const __m512 s = _mm512_mul_ps(xy, _mm512_loadu_ps(sn + j));
           Io<T>::store(out + j, _mm512_add_ps(a, s), lane_mask(D - j));
@@ -367,65 +368,48 @@ void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   }
 }
 
+// fp32 GEMM: fp32 FMAs on the fp32 rows.
+template <typename T>
+void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+  const int64_t D = plan.D, Dp = plan.Dp;
+  const float* y = plan.y32.data();
+  dense_rows_driver<T>(plan, b, scratch, [&](DenseAcc& acc, const float* xf, int64_t ld, const T* const*, int64_t j0, int nv) {
+    for (int64_t i = 0; i < D; ++i) {
+      const float* yi = y + i * Dp + j0;
+      __m512 yv[kDenseVecs];
+      for (int v = 0; v < kDenseVecs; ++v) yv[v] = v < nv ? _mm512_loadu_ps(yi + v * kLanes) : _mm512_setzero_ps();
+      for (int rr = 0; rr < kDenseRows; ++rr) {
+        const __m512 xb = _mm512_set1_ps(xf[rr * ld + i]);
+        for (int v = 0; v < kDenseVecs; ++v) acc[rr][v] = _mm512_fmadd_ps(xb, yv[v], acc[rr][v]);
+      }
+    }
+  });
+}
+
 #ifdef NPU_OPS_NATIVE_BF16
-// Dense y with bf16 x and a y exact in bf16: the GEMM on AVX512_BF16 dot products (vdpbf16ps: two
-// bf16 products per fp32 lane, accumulated in fp32), twice the multiply rate of the fp32 GEMM
-// above; the elementwise step is the same.
+// bf16 x and a y exact in bf16: the GEMM on AVX512_BF16 dot products (vdpbf16ps: two bf16
+// products per fp32 lane, accumulated in fp32), twice the multiply rate of fp32 FMAs.
 void dense_rows_dpbf16(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   using T = c10::BFloat16;
-  constexpr int kRows = 4;
-  constexpr int kVecs = 4;
   const int64_t D = plan.D, Dp = plan.Dp;
   const T* yp = plan.y_bf16_pairs.data();
-  float* xf = static_cast<float*>(scratch);
-  const int64_t ld = Dp + kLanes;
-  // bf16 copies of the rows (after the fp32 ones): in place, the row is overwritten while the
-  // later column blocks still need its pairs.
-  T* xcopy = reinterpret_cast<T*>(xf + kRows * ld);
-  static_assert(kRows * (4 + 2) <= kScratchRows * 8, "scratch too small");
-  for (int64_t r0 = 0; r0 < b.n; r0 += kRows) {
-    const int rows = static_cast<int>(std::min<int64_t>(kRows, b.n - r0));
-    const T* xs[kRows];
-    for (int rr = 0; rr < kRows; ++rr) {
-      const T* src = static_cast<const T*>(b.x[r0 + (rr < rows ? rr : rows - 1)]);
-      load_row(src, xf + rr * ld, D, Dp);
-      std::memcpy(xcopy + rr * ld, src, D * sizeof(T));
-      xs[rr] = xcopy + rr * ld;
-    }
-    for (int64_t j0 = 0; j0 < Dp; j0 += kVecs * kLanes) {
-      const int nv = static_cast<int>(std::min<int64_t>(kVecs, (Dp - j0) / kLanes));
-      __m512 acc[kRows][kVecs];
-      for (int rr = 0; rr < kRows; ++rr)
-        for (int v = 0; v < kVecs; ++v) acc[rr][v] = _mm512_setzero_ps();
-      for (int64_t i2 = 0; i2 < D / 2; ++i2) {
-        const T* yi = yp + (i2 * Dp + j0) * 2;
-        __m512i yv[kVecs];
-        for (int v = 0; v < kVecs; ++v) {
-          yv[v] = v < nv ? _mm512_loadu_si512(yi + v * 2 * kLanes) : _mm512_setzero_si512();
-        }
-        for (int rr = 0; rr < kRows; ++rr) {
-          uint32_t pair;
-          std::memcpy(&pair, xs[rr] + 2 * i2, sizeof(pair));
-          const __m512i xb = _mm512_set1_epi32(static_cast<int>(pair));
-          for (int v = 0; v < kVecs; ++v) {
-            acc[rr][v] = _mm512_dpbf16_ps(acc[rr][v], (__m512bh)xb, (__m512bh)yv[v]);
-          }
-        }
+  dense_rows_driver<T>(plan, b, scratch, [&](DenseAcc& acc, const float*, int64_t, const T* const* xs, int64_t j0, int nv) {
+    for (int64_t i2 = 0; i2 < D / 2; ++i2) {
+      const T* yi = yp + (i2 * Dp + j0) * 2;
+      __m512i yv[kDenseVecs];
+      for (int v = 0; v < kDenseVecs; ++v) {
+        yv[v] = v < nv ? _mm512_loadu_si512(yi + v * 2 * kLanes) : _mm512_setzero_si512();
       }
-      for (int rr = 0; rr < rows; ++rr) {
-        T* out = static_cast<T*>(b.out[r0 + rr]);
-        const float* cs = static_cast<const float*>(b.cos[r0 + rr]);
-        const float* sn = static_cast<const float*>(b.sin[r0 + rr]);
-        for (int v = 0; v < nv; ++v) {
-          const int64_t j = j0 + v * kLanes;
-          const __m512 xy = Io<T>::round_trip(acc[rr][v]);
-          const __m512 a = _mm512_mul_ps(_mm512_load_ps(xf + rr * ld + j), _mm512_loadu_ps(cs + j));
-          const __m512 s = _mm512_mul_ps(xy, _mm512_loadu_ps(sn + j));
-          Io<T>::store(out + j, _mm512_add_ps(a, s), lane_mask(D - j));
+      for (int rr = 0; rr < kDenseRows; ++rr) {
+        uint32_t pair;
+        std::memcpy(&pair, xs[rr] + 2 * i2, sizeof(pair));
+        const __m512i xb = _mm512_set1_epi32(static_cast<int>(pair));
+        for (int v = 0; v < kDenseVecs; ++v) {
+          acc[rr][v] = _mm512_dpbf16_ps(acc[rr][v], (__m512bh)xb, (__m512bh)yv[v]);
         }
       }
     }
-  }
+  });
 }
 #endif
 
