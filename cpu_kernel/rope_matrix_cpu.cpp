@@ -4,7 +4,7 @@
 //   table dims:     where sin or cos varies (size > 1), e.g. S for [1, 1, S, D] tables;
 //   broadcast dims: where both tables are broadcast, e.g. B and N.
 // Work is cut into blocks of R consecutive table rows. A block converts its cos/sin rows to the
-// compute type once (small enough to stay in L1), then runs over every broadcast position (every
+// compute type once (small enough to stay in L2), then runs over every broadcast position (every
 // head and batch, of q and of k) for those R table rows, as the NPU kernel reuses its UB copy of the
 // tables across B*N. Blocks (and, when there are few of them, slices of the broadcast positions)
 // are spread over threads with at::parallel_for.
@@ -18,7 +18,6 @@
 #include <array>
 #include <memory>
 #include <vector>
-
 
 #include "cpu_kernel/output_cache.h"
 #include "cpu_kernel/rotate_plan.h"
@@ -35,13 +34,6 @@ constexpr int kMaxDims = 16;           // x rank limit of this kernel (checked)
 // in a block is long (R = 128 rows = 32 KiB of bf16 for D = 128) and streams well from DRAM.
 constexpr int64_t kTableBlockBytes = 128 * 1024;
 constexpr int64_t kMaxBlockRows = 256;
-
-// A list of dims with one stride per tensor that walks them.
-struct Odometer {
-  int n = 0;
-  std::array<int64_t, kMaxDims> size{};
-  std::array<int64_t, kMaxDims> idx{};
-};
 
 // One x (and its output) of the call: rope_matrix has one, rope_matrix_qk two.
 struct Operand {
