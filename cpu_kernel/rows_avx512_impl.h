@@ -72,16 +72,26 @@ inline __m256i bf16_bits_rne(__m512 v) {
   return _mm512_cvtepi32_epi16(r);
 }
 
+// 16 16-bit elements: a full or masked load / store.
+inline __m256i load_halfwords(const void* p, __mmask16 m) {
+  return m == 0xFFFF ? _mm256_loadu_si256(static_cast<const __m256i*>(p)) : _mm256_maskz_loadu_epi16(m, p);
+}
+
+inline void store_halfwords(void* p, __m256i bits, __mmask16 m) {
+  if (m == 0xFFFF) {
+    _mm256_storeu_si256(static_cast<__m256i*>(p), bits);
+  } else {
+    _mm256_mask_storeu_epi16(p, m, bits);
+  }
+}
+
 inline __m512 bf16_bits_to_fp32(__m256i h) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 template <>
 struct Io<c10::BFloat16> {
-  static __m512 load(const c10::BFloat16* p, __mmask16 m) {
-    return bf16_bits_to_fp32(m == 0xFFFF ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
-                                         : _mm256_maskz_loadu_epi16(m, p));
-  }
+  static __m512 load(const c10::BFloat16* p, __mmask16 m) { return bf16_bits_to_fp32(load_halfwords(p, m)); }
   static __m256i to_bits(__m512 v) {
 #ifdef NPU_OPS_NATIVE_BF16
     // vcvtneps2bf16 flushes subnormal inputs to zero; c10 keeps them, so such vectors (rare) take
@@ -92,13 +102,7 @@ struct Io<c10::BFloat16> {
     return bf16_bits_rne(v);
 #endif
   }
-  static void store(c10::BFloat16* p, __m512 v, __mmask16 m) {
-    if (m == 0xFFFF) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), to_bits(v));
-    } else {
-      _mm256_mask_storeu_epi16(p, m, to_bits(v));
-    }
-  }
+  static void store(c10::BFloat16* p, __m512 v, __mmask16 m) { store_halfwords(p, to_bits(v), m); }
   static __m512 round_trip(__m512 v) { return bf16_bits_to_fp32(to_bits(v)); }
   static void stream(c10::BFloat16* p, __m512 v) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p), to_bits(v));
@@ -119,11 +123,7 @@ struct Io<c10::BFloat16> {
   static __m256i bits_unchecked(__m512 v) { return bf16_bits_rne(v); }
 #endif
   static void store_unchecked(c10::BFloat16* p, __m512 v, __mmask16 m) {
-    if (m == 0xFFFF) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bits_unchecked(v));
-    } else {
-      _mm256_mask_storeu_epi16(p, m, bits_unchecked(v));
-    }
+    store_halfwords(p, bits_unchecked(v), m);
   }
   static void stream_unchecked(c10::BFloat16* p, __m512 v) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bits_unchecked(v));
@@ -132,25 +132,11 @@ struct Io<c10::BFloat16> {
 
 template <>
 struct Io<c10::Half> {
-  static __m512 load(const c10::Half* p, __mmask16 m) {
-    return _mm512_cvtph_ps(m == 0xFFFF ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
-                                       : _mm256_maskz_loadu_epi16(m, p));
-  }
-  static void store(c10::Half* p, __m512 v, __mmask16 m) {
-    const __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    if (m == 0xFFFF) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
-    } else {
-      _mm256_mask_storeu_epi16(p, m, h);
-    }
-  }
-  static __m512 round_trip(__m512 v) {
-    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  static void stream(c10::Half* p, __m512 v) {
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(p),
-                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
+  static __m256i to_bits(__m512 v) { return _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static __m512 load(const c10::Half* p, __mmask16 m) { return _mm512_cvtph_ps(load_halfwords(p, m)); }
+  static void store(c10::Half* p, __m512 v, __mmask16 m) { store_halfwords(p, to_bits(v), m); }
+  static __m512 round_trip(__m512 v) { return _mm512_cvtph_ps(to_bits(v)); }
+  static void stream(c10::Half* p, __m512 v) { _mm256_stream_si256(reinterpret_cast<__m256i*>(p), to_bits(v)); }
   using Raw = __m256i;
   static Raw raw_zero() { return _mm256_setzero_si256(); }
   static Raw raw_merge(Raw acc, __mmask16 m, const c10::Half* p) { return _mm256_mask_loadu_epi16(acc, m, p); }
