@@ -21,6 +21,20 @@ struct RowBatch {
   bool in_place;            // out[r] == x[r]: a row must be read whole before any of it is written
 };
 
+// Row r of a batch with its element types: `const auto [x, out, cs, sn] = BatchRow<T, C>(b, r);`
+template <typename T, typename C>
+struct BatchRow {
+  const T* x;
+  T* out;
+  const C* cos;
+  const C* sin;
+  BatchRow(const RowBatch& b, int64_t r)
+      : x(static_cast<const T*>(b.x[r])),
+        out(static_cast<T*>(b.out[r])),
+        cos(static_cast<const C*>(b.cos[r])),
+        sin(static_cast<const C*>(b.sin[r])) {}
+};
+
 // Per-thread scratch the row kernels may use: kScratchRows fp32/fp64 rows of Dp + 16 entries.
 constexpr int64_t kScratchRows = 5;
 

@@ -266,10 +266,7 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   const ChunkPlan* chunks = plan.chunks.data();
   const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
   for (int64_t r = 0; r < b.n; ++r) {
-    const T* x = static_cast<const T*>(b.x[r]);
-    T* out = static_cast<T*>(b.out[r]);
-    const float* cs = static_cast<const float*>(b.cos[r]);
-    const float* sn = static_cast<const float*>(b.sin[r]);
+    const auto [x, out, cs, sn] = BatchRow<T, float>(b, r);
     if (r + kPrefetchRows < b.n) prefetch_row(b.x[r + kPrefetchRows], D * sizeof(T));
     // Non-temporal stores need every chunk full and aligned to its own size.
     const bool stream = b.stream_out && full && (reinterpret_cast<uintptr_t>(out) % (kLanes * sizeof(T))) == 0;
@@ -291,10 +288,7 @@ void perm_rows_buffered(const RotatePlan& plan, const RowBatch& b, void* scratch
   float* xf = static_cast<float*>(scratch);
   const ChunkPlan* chunks = plan.chunks.data();
   for (int64_t r = 0; r < b.n; ++r) {
-    const T* x = static_cast<const T*>(b.x[r]);
-    T* out = static_cast<T*>(b.out[r]);
-    const float* cs = static_cast<const float*>(b.cos[r]);
-    const float* sn = static_cast<const float*>(b.sin[r]);
+    const auto [x, out, cs, sn] = BatchRow<T, float>(b, r);
     if (r + kPrefetchRows < b.n) prefetch_row(b.x[r + kPrefetchRows], D * sizeof(T));
     load_row(x, xf, D, Dp);
     for (int64_t j = 0, c = 0; j < Dp; j += kLanes, ++c) {

@@ -20,10 +20,7 @@ void perm_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   C* xf = static_cast<C*>(scratch);  // D + 1 entries; xf[D] = 0 stands for an all-zero column
   const int32_t* partner = plan.partner.data();
   for (int64_t r = 0; r < b.n; ++r) {
-    const T* x = static_cast<const T*>(b.x[r]);
-    T* out = static_cast<T*>(b.out[r]);
-    const C* cs = static_cast<const C*>(b.cos[r]);
-    const C* sn = static_cast<const C*>(b.sin[r]);
+    const auto [x, out, cs, sn] = BatchRow<T, C>(b, r);
     for (int64_t j = 0; j < D; ++j) xf[j] = static_cast<C>(x[j]);
     xf[D] = C(0);
     if (plan.pair_swap) {
@@ -69,10 +66,7 @@ void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
     y = plan.y32.data();
   }
   for (int64_t r = 0; r < b.n; ++r) {
-    const T* x = static_cast<const T*>(b.x[r]);
-    T* out = static_cast<T*>(b.out[r]);
-    const C* cs = static_cast<const C*>(b.cos[r]);
-    const C* sn = static_cast<const C*>(b.sin[r]);
+    const auto [x, out, cs, sn] = BatchRow<T, C>(b, r);
     for (int64_t j = 0; j < D; ++j) {
       xf[j] = static_cast<C>(x[j]);
       acc[j] = C(0);
