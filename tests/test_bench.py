@@ -21,3 +21,10 @@ def test_bench_cli_writes_csv(tmp_path, capsys):
         assert r["shape"] == "1x2x16x128" and r["dtype"] == "bfloat16" and r["threads"]
         if r["provider"] == "copy_":
             assert float(r["x_copy"]) == 1.0
+
+
+def test_bench_figures_keep_significant_digits():
+    # A tiny shape moves a few KB in milliseconds: its GB/s must not print as 0.
+    assert bench._sig(16384 / 5.795e-3 / 1e9) == 0.002827
+    assert bench._sig(1234.5678) == 1235.0
+    assert bench._sig(1.2345, 3) == 1.23

@@ -144,10 +144,10 @@ def run(shape, dtype, modes, providers, warmup, iters, csv_path):
         results = {p: results[p] for p in chosen}
         for p, (med, p20, p80) in results.items():
             row = {
-                "op": "rope_matrix", "mode": mode_name, "provider": p, "median_ms": round(med, 3),
-                "p20_ms": round(p20, 3), "p80_ms": round(p80, 3), "gbps": round(moved / med / 1e6, 2),
-                "x_clone": round(med / results["clone"][0], 2) if "clone" in results else "",
-                "x_copy": round(med / results["copy_"][0], 2) if "copy_" in results else "",
+                "op": "rope_matrix", "mode": mode_name, "provider": p, "median_ms": _sig(med),
+                "p20_ms": _sig(p20), "p80_ms": _sig(p80), "gbps": _sig(moved / med / 1e6),
+                "x_clone": _sig(med / results["clone"][0], 3) if "clone" in results else "",
+                "x_copy": _sig(med / results["copy_"][0], 3) if "copy_" in results else "",
                 **meta,
             }
             rows.append(row)
@@ -157,7 +157,7 @@ def run(shape, dtype, modes, providers, warmup, iters, csv_path):
     print(header)
     for r in rows:
         print(f"{r['mode']:<11}{r['provider']:<21}{r['median_ms']:>10.2f}{r['p20_ms']:>8.2f}{r['p80_ms']:>8.2f}"
-              f"{r['gbps']:>8.1f}{r['x_clone']!s:>8}{r['x_copy']!s:>8}")
+              f"{r['gbps']:>8.3g}{r['x_clone']!s:>8}{r['x_copy']!s:>8}")
     if csv_path:
         os.makedirs(os.path.dirname(os.path.abspath(csv_path)), exist_ok=True)
         with open(csv_path, "w", newline="") as f:
@@ -166,6 +166,12 @@ def run(shape, dtype, modes, providers, warmup, iters, csv_path):
             w.writerows(rows)
         print(f"wrote {csv_path}")
     return rows
+
+
+def _sig(value, digits=4):
+    """``value`` kept to ``digits`` significant digits (a fixed number of decimals would print a
+    tiny shape's GB/s or a fast provider's time as 0)."""
+    return float(f"{value:.{digits}g}")
 
 
 def main(argv=None):
