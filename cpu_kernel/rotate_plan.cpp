@@ -120,6 +120,7 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
     plan.sign_bits.assign(plan.Dp, 0u);
     for (int64_t j = 0; j < D; ++j) plan.sign_bits[j] = plan.sign[j] < 0 ? 0x80000000u : 0u;
     for (int64_t c = 0; c < plan.Dp / kLanes; ++c) plan.chunks.push_back(plan_chunk(plan.partner, D, c));
+    plan.pair_groups = plan_pair_groups(plan.partner, D);
     plan.pair_swap = D % 2 == 0;
     for (int64_t j = 0; j < D; ++j) {
       const int32_t p = plan.partner[j];

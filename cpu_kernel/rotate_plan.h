@@ -45,6 +45,32 @@ struct alignas(64) ChunkPlan {
   uint32_t seg_mask[kMaxSegments];    // kSegments: the lanes of run k
 };
 
+// The same permutation for bf16 rows taken as 32-bit *pairs* of elements (2i, 2i+1), which the
+// AVX-512 pair rows split into even and odd fp32 vectors with one shift and one AND (no widening).
+// It exists when every output pair takes its partners from one source pair, in order or swapped
+// (interleave, half and quarter modes and their 2D/3D compositions with even sections), and D is a
+// multiple of 32. Per group g of 32 output elements (16 pairs):
+enum class PairKind : int32_t {
+  kSame = 0,      // the partners are the group's own pairs (lane l from lane l): no load
+  kOffset = 1,    // partner pairs are consecutive from element `start`: one unaligned load
+  kPermute = 2,   // partner pairs lie in groups a and b: one two-source permute
+  kPermute2 = 3,  // ... in groups a, b (lanes not in mask2) and c, d (lanes in mask2): two
+};
+
+struct alignas(64) PairGroupPlan {
+  int32_t idx[kLanes];   // kPermute*: lane l takes lane idx[l] of (group a | group b)
+  int32_t idx2[kLanes];  // kPermute2: lane l in mask2 takes lane idx2[l] of (group c | group d)
+  int32_t kind;          // PairKind
+  int32_t start;         // kOffset: first partner element (even)
+  int32_t a, b, c, d;    // source groups
+  uint32_t mask2;        // kPermute2: the pair lanes taken from (c | d)
+  uint32_t swap;         // pair lanes whose partners are (odd, even) of their source pair
+  uint32_t nonzero;      // one bit per output element (32): elements that have a partner
+};
+
+// The pair groups of a signed permutation, or an empty vector when it has no pair form.
+std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner, int64_t D);
+
 struct RotatePlan {
   int64_t D = 0;
   int64_t Dp = 0;         // D rounded up to a multiple of kLanes
@@ -54,6 +80,7 @@ struct RotatePlan {
   std::vector<int8_t> sign;      // [D], +1 or -1
   std::vector<uint32_t> sign_bits;  // [Dp], 0x80000000 where sign is -1: XOR into fp32 sin
   std::vector<ChunkPlan> chunks; // [Dp / 16]
+  std::vector<PairGroupPlan> pair_groups;  // [D / 32], or empty (see PairGroupPlan)
   // The same permutation as runs, for the portable kernels: output columns [begin, end) take
   // their partners from src, src + 1, ... (src = -1: all-zero columns). `pair_swap`: every
   // partner is j ^ 1 (the interleave mode), which they handle as pairs.

@@ -19,6 +19,17 @@ struct RowBatch {
   const void* const* sin;   // [n] table rows, compute type C, length Dp
   bool stream_out;          // hint: out is large and fresh; non-temporal stores may be used
   bool in_place;            // out[r] == x[r]: a row must be read whole before any of it is written
+  // The x rows of the batch that comes next (nullptr, 0 for none), so that prefetching runs on
+  // across the end of this batch instead of starting every batch cold.
+  const void* const* next_x = nullptr;
+  int64_t next_n = 0;
+
+  // Row r + ahead of this batch, continuing into the next one; nullptr past both.
+  const void* row_ahead(int64_t r, int64_t ahead) const {
+    const int64_t i = r + ahead;
+    if (i < n) return x[i];
+    return i - n < next_n ? next_x[i - n] : nullptr;
+  }
 };
 
 // Row r of a batch with its element types: `const auto [x, out, cs, sn] = BatchRow<T, C>(b, r);`
@@ -68,9 +79,9 @@ TableFn avx2_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype);
 #ifdef NPU_OPS_HAVE_AVX512
 // AVX-512 kernels (rows_avx512*.cpp); nullptr where they have none (float64).
 RowsFn avx512_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan);
-TableFn avx512_table_fn(at::ScalarType table_dtype);
+TableFn avx512_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype, const RotatePlan& plan);
 RowsFn avx512_bf16_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan);
-TableFn avx512_bf16_table_fn(at::ScalarType table_dtype);
+TableFn avx512_bf16_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype, const RotatePlan& plan);
 #endif
 
 }  // namespace cpu

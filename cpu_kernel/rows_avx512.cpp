@@ -10,6 +10,8 @@
 namespace npu_ops_transformer_ext {
 namespace cpu {
 RowsFn avx512_rows_fn(at::ScalarType t, const RotatePlan& plan) { return avx512::rows_fn(t, plan); }
-TableFn avx512_table_fn(at::ScalarType t) { return avx512::table_fn(t); }
+TableFn avx512_table_fn(at::ScalarType t, at::ScalarType x_dtype, const RotatePlan& plan) {
+  return avx512::table_fn(t, x_dtype, plan);
+}
 }  // namespace cpu
 }  // namespace npu_ops_transformer_ext

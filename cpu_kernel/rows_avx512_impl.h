@@ -158,8 +158,9 @@ inline void load_row(const T* x, float* xf, int64_t D, int64_t Dp) {
 
 // Rows of a batch are usually consecutive in memory but short (256 bytes for D = 128 bf16) and a
 // batch ends where the next head starts, so the hardware prefetcher sees many short streams; asking
-// for a row a few rows ahead keeps the loads from waiting on DRAM.
+// for a row a few rows ahead (continuing into the next batch) keeps the loads from waiting on DRAM.
 constexpr int64_t kPrefetchRows = 16;
+
 
 inline void prefetch_row(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
@@ -267,7 +268,7 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
   for (int64_t r = 0; r < b.n; ++r) {
     const auto [x, out, cs, sn] = BatchRow<T, float>(b, r);
-    if (r + kPrefetchRows < b.n) prefetch_row(b.x[r + kPrefetchRows], D * sizeof(T));
+    if (const void* ahead = b.row_ahead(r, kPrefetchRows)) prefetch_row(ahead, D * sizeof(T));
     // Non-temporal stores need every chunk full and aligned to its own size.
     const bool stream = b.stream_out && full && (reinterpret_cast<uintptr_t>(out) % (kLanes * sizeof(T))) == 0;
     if (!full) {
@@ -289,7 +290,7 @@ void perm_rows_buffered(const RotatePlan& plan, const RowBatch& b, void* scratch
   const ChunkPlan* chunks = plan.chunks.data();
   for (int64_t r = 0; r < b.n; ++r) {
     const auto [x, out, cs, sn] = BatchRow<T, float>(b, r);
-    if (r + kPrefetchRows < b.n) prefetch_row(b.x[r + kPrefetchRows], D * sizeof(T));
+    if (const void* ahead = b.row_ahead(r, kPrefetchRows)) prefetch_row(ahead, D * sizeof(T));
     load_row(x, xf, D, Dp);
     for (int64_t j = 0, c = 0; j < Dp; j += kLanes, ++c) {
       const __m512 xc = _mm512_load_ps(xf + j);
@@ -393,6 +394,164 @@ void dense_rows_dpbf16(const RotatePlan& plan, const RowBatch& b, void* scratch)
 }
 #endif
 
+// ---- bf16 rows as pairs (PairGroupPlan) ----------------------------------------------------------
+// A group of 32 bf16 elements is one 512-bit load; as 16 32-bit pairs, a shift left by 16 gives the
+// even elements as fp32 and an AND with 0xFFFF0000 the odd ones, so no widening is needed. The
+// partners come as pairs the same way (one load or permute), the tables are kept even/odd
+// (pair_table_row), and the two fp32 results are rounded back to 32 bf16 in natural order.
+
+inline __m512 even_fp32(__m512i pairs) { return _mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)); }
+inline __m512 odd_fp32(__m512i pairs) {
+  return _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// The partner pairs of group g of row x, in output order once `swap` lanes are rotated by 16.
+inline __m512i pair_partners(const PairGroupPlan& g, const c10::BFloat16* x, __m512i own) {
+  switch (static_cast<PairKind>(g.kind)) {
+    case PairKind::kSame:
+      return own;
+    case PairKind::kOffset:
+      return _mm512_loadu_si512(x + g.start);
+    case PairKind::kPermute:
+      return _mm512_permutex2var_epi32(_mm512_loadu_si512(x + g.a * 2 * kLanes), _mm512_load_si512(g.idx),
+                                       _mm512_loadu_si512(x + g.b * 2 * kLanes));
+    default: {
+      const __m512i p = _mm512_permutex2var_epi32(_mm512_loadu_si512(x + g.a * 2 * kLanes),
+                                                  _mm512_load_si512(g.idx),
+                                                  _mm512_loadu_si512(x + g.b * 2 * kLanes));
+      const __m512i q = _mm512_permutex2var_epi32(_mm512_loadu_si512(x + g.c * 2 * kLanes),
+                                                  _mm512_load_si512(g.idx2),
+                                                  _mm512_loadu_si512(x + g.d * 2 * kLanes));
+      return _mm512_mask_mov_epi32(p, static_cast<__mmask16>(g.mask2), q);
+    }
+  }
+}
+
+// Rounds the even and odd fp32 results to 32 bf16 in natural order, exactly as c10 does (the
+// integer path: subnormals kept, NaN -> 0x7FC0).
+inline __m512i pair_bits_exact(__m512 even, __m512 odd) {
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7FFF);
+  const __m512i be = _mm512_castps_si512(even), bo = _mm512_castps_si512(odd);
+  __m512i re = _mm512_add_epi32(be, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(be, 16), one)));
+  __m512i ro = _mm512_add_epi32(bo, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(bo, 16), one)));
+  re = _mm512_mask_mov_epi32(_mm512_srli_epi32(re, 16), _mm512_cmp_ps_mask(even, even, _CMP_UNORD_Q),
+                             _mm512_set1_epi32(0x7FC0));
+  ro = _mm512_mask_mov_epi32(ro, _mm512_cmp_ps_mask(odd, odd, _CMP_UNORD_Q),
+                             _mm512_set1_epi32(0x7FC00000));
+  // (ro & 0xFFFF0000) | re
+  return _mm512_ternarylogic_epi32(ro, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)), re, 0xEA);
+}
+
+#ifdef NPU_OPS_NATIVE_BF16
+// vcvtne2ps2bf16 (subnormal inputs flushed: the caller checks) and one word permute back to
+// natural order.
+inline __m512i pair_bits_native(__m512 even, __m512 odd) {
+  alignas(64) static constexpr int16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                                           21, 6, 22, 7, 23, 8, 24, 9, 25, 10, 26,
+                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(odd, even);  // [even x16 | odd x16]
+  return _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), packed);
+}
+#endif
+
+// One row; returns the subnormal-result lanes when unchecked with AVX512_BF16 (then the caller
+// redoes the row checked), else 0.
+template <bool kStream, bool kChecked>
+inline uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
+                         c10::BFloat16* out, const float* cs, const float* sn) {
+  uint32_t fixup = 0;
+  for (int64_t g = 0; g < ngroups; ++g) {
+    const PairGroupPlan& gp = groups[g];
+    const __m512i own = _mm512_loadu_si512(x + g * 2 * kLanes);
+    const __m512 xe = even_fp32(own), xo = odd_fp32(own);
+    __m512 pe, po;
+    if (gp.kind == static_cast<int32_t>(PairKind::kSame) && gp.swap == 0xFFFFu && gp.nonzero == 0xFFFFFFFFu) {
+      pe = xo;  // interleave: each element's partner is the other one of its pair
+      po = xe;
+    } else {
+      __m512i p = pair_partners(gp, x, own);
+      if (gp.swap != 0) p = _mm512_mask_rol_epi32(p, static_cast<__mmask16>(gp.swap), p, 16);
+      if (gp.nonzero != 0xFFFFFFFFu) p = _mm512_maskz_mov_epi16(gp.nonzero, p);
+      pe = even_fp32(p);
+      po = odd_fp32(p);
+    }
+    const float* c = cs + g * 2 * kLanes;
+    const float* s = sn + g * 2 * kLanes;
+    const __m512 re = _mm512_add_ps(_mm512_mul_ps(xe, _mm512_loadu_ps(c)), _mm512_mul_ps(pe, _mm512_loadu_ps(s)));
+    const __m512 ro = _mm512_add_ps(_mm512_mul_ps(xo, _mm512_loadu_ps(c + kLanes)),
+                                    _mm512_mul_ps(po, _mm512_loadu_ps(s + kLanes)));
+    __m512i bits;
+#ifdef NPU_OPS_NATIVE_BF16
+    if constexpr (kChecked) {
+      bits = pair_bits_exact(re, ro);
+    } else {
+      fixup |= static_cast<uint32_t>(_mm512_fpclass_ps_mask(re, 0x20) | _mm512_fpclass_ps_mask(ro, 0x20));
+      bits = pair_bits_native(re, ro);
+    }
+#else
+    bits = pair_bits_exact(re, ro);
+#endif
+    if constexpr (kStream) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + g * 2 * kLanes), bits);
+    } else {
+      _mm512_storeu_si512(out + g * 2 * kLanes, bits);
+    }
+  }
+  return fixup;
+}
+
+template <bool kStream>
+inline void pair_row_exact(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
+                           c10::BFloat16* out, const float* cs, const float* sn) {
+  if (pair_row<kStream, false>(groups, ngroups, x, out, cs, sn) != 0) {
+    pair_row<kStream, true>(groups, ngroups, x, out, cs, sn);  // rare: subnormal results
+  }
+}
+
+// bf16 x with a pair plan; the tables come from pair_table_row.
+void pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+  using T = c10::BFloat16;
+  const int64_t D = plan.D, ngroups = D / (2 * kLanes);
+  const PairGroupPlan* groups = plan.pair_groups.data();
+  T* copy = static_cast<T*>(scratch);
+  for (int64_t r = 0; r < b.n; ++r) {
+    auto [x, out, cs, sn] = BatchRow<T, float>(b, r);
+    if (const void* ahead = b.row_ahead(r, kPrefetchRows)) prefetch_row(ahead, D * sizeof(T));
+    if (b.in_place) {
+      // Partners are read while the row is being written: read them from a copy.
+      std::memcpy(copy, x, D * sizeof(T));
+      x = copy;
+    }
+    if (b.stream_out && (reinterpret_cast<uintptr_t>(out) % 64) == 0) {
+      pair_row_exact<true>(groups, ngroups, x, out, cs, sn);
+    } else {
+      pair_row_exact<false>(groups, ngroups, x, out, cs, sn);
+    }
+  }
+  if (b.stream_out) _mm_sfence();
+}
+
+// A table row for pair_rows: each group of 32 as its 16 even elements then its 16 odd ones, fp32,
+// with sign_bits (natural order) XORed in the same arrangement.
+template <typename T>
+void pair_table_row(const void* src, int64_t D, int64_t, const uint32_t* sign_bits, void* dst_v) {
+  alignas(64) static constexpr int32_t kEven[16] = {0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30};
+  alignas(64) static constexpr int32_t kOdd[16] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+  const __m512i even = _mm512_load_si512(kEven), odd = _mm512_load_si512(kOdd);
+  const T* p = static_cast<const T*>(src);
+  float* dst = static_cast<float*>(dst_v);
+  for (int64_t j = 0; j < D; j += 2 * kLanes) {
+    __m512i lo = _mm512_castps_si512(Io<T>::load(p + j, 0xFFFF));
+    __m512i hi = _mm512_castps_si512(Io<T>::load(p + j + kLanes, 0xFFFF));
+    if (sign_bits != nullptr) {
+      lo = _mm512_xor_si512(lo, _mm512_loadu_si512(sign_bits + j));
+      hi = _mm512_xor_si512(hi, _mm512_loadu_si512(sign_bits + j + kLanes));
+    }
+    _mm512_storeu_si512(dst + j, _mm512_permutex2var_epi32(lo, even, hi));
+    _mm512_storeu_si512(dst + j + kLanes, _mm512_permutex2var_epi32(lo, odd, hi));
+  }
+}
+
 template <typename T>
 void table_row(const void* src, int64_t D, int64_t Dp, const uint32_t* sign_bits, void* dst_v) {
   const T* p = static_cast<const T*>(src);
@@ -414,6 +573,7 @@ RowsFn pick(const RotatePlan& plan) {
 #endif
     return &dense_rows<T>;
   }
+  if (std::is_same_v<T, c10::BFloat16> && !plan.pair_groups.empty()) return &pair_rows;
   for (const ChunkPlan& c : plan.chunks) {
     if (c.kind == static_cast<int32_t>(ChunkKind::kGather)) return &perm_rows_buffered<T>;
   }
@@ -429,11 +589,13 @@ inline RowsFn rows_fn(at::ScalarType t, const RotatePlan& plan) {
   }
 }
 
-inline TableFn table_fn(at::ScalarType t) {
+// The table rows that rows_fn's kernel reads: pair_rows takes its tables even/odd.
+inline TableFn table_fn(at::ScalarType t, at::ScalarType x_dtype, const RotatePlan& plan) {
+  const bool pairs = x_dtype == at::kBFloat16 && plan.is_perm && !plan.pair_groups.empty();
   switch (t) {
-    case at::kBFloat16: return &table_row<c10::BFloat16>;
-    case at::kHalf: return &table_row<c10::Half>;
-    case at::kFloat: return &table_row<float>;
+    case at::kBFloat16: return pairs ? &pair_table_row<c10::BFloat16> : &table_row<c10::BFloat16>;
+    case at::kHalf: return pairs ? &pair_table_row<c10::Half> : &table_row<c10::Half>;
+    case at::kFloat: return pairs ? &pair_table_row<float> : &table_row<float>;
     default: return nullptr;
   }
 }

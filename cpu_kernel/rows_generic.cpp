@@ -64,8 +64,8 @@ Kernels select_kernels(at::ScalarType x, at::ScalarType sin_t, at::ScalarType co
   if (level >= kAvx512 && x != at::kDouble) {
     const bool bf16 = level >= kAvx512Bf16;
     k.rows = bf16 ? avx512_bf16_rows_fn(x, plan) : avx512_rows_fn(x, plan);
-    k.cos_table = bf16 ? avx512_bf16_table_fn(cos_t) : avx512_table_fn(cos_t);
-    k.sin_table = bf16 ? avx512_bf16_table_fn(sin_t) : avx512_table_fn(sin_t);
+    k.cos_table = bf16 ? avx512_bf16_table_fn(cos_t, x, plan) : avx512_table_fn(cos_t, x, plan);
+    k.sin_table = bf16 ? avx512_bf16_table_fn(sin_t, x, plan) : avx512_table_fn(sin_t, x, plan);
     k.isa = bf16 ? "avx512_bf16" : "avx512";
   }
 #endif

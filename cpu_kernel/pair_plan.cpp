@@ -1,0 +1,105 @@
+// The pair form of a signed permutation (PairGroupPlan in rotate_plan.h).
+#include <algorithm>
+
+#include "cpu_kernel/rotate_plan.h"
+
+namespace npu_ops_transformer_ext {
+namespace cpu {
+
+namespace {
+
+constexpr int64_t kGroup = 2 * kLanes;  // elements per pair group
+
+// Source groups of the live lanes, in order of first use (at most `limit`); false if more.
+bool source_groups(const int32_t* src, uint32_t live, int limit, std::vector<int32_t>& groups) {
+  groups.clear();
+  for (int l = 0; l < kLanes; ++l) {
+    if (!(live >> l & 1u)) continue;
+    const int32_t g = src[l] / kLanes;
+    if (std::find(groups.begin(), groups.end(), g) == groups.end()) {
+      if (static_cast<int>(groups.size()) == limit) return false;
+      groups.push_back(g);
+    }
+  }
+  return true;
+}
+
+// Index into (group a | group b) of source pair s.
+int32_t lane_of(int32_t s, int32_t a) { return (s / kLanes == a ? 0 : kLanes) + s % kLanes; }
+
+}  // namespace
+
+std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner, int64_t D) {
+  std::vector<PairGroupPlan> out;
+  if (D <= 0 || D % kGroup != 0) return out;
+  const int64_t ngroups = D / kGroup;
+  std::vector<int32_t> groups;
+  for (int64_t g = 0; g < ngroups; ++g) {
+    PairGroupPlan p{};
+    int32_t src[kLanes];  // source pair of each live lane
+    uint32_t live = 0;
+    for (int l = 0; l < kLanes; ++l) {
+      const int64_t j = g * kGroup + 2 * l;
+      const int32_t p0 = partner[j], p1 = partner[j + 1];
+      if (p0 >= 0) p.nonzero |= 1u << (2 * l);
+      if (p1 >= 0) p.nonzero |= 1u << (2 * l + 1);
+      if (p0 < 0 && p1 < 0) {
+        src[l] = 0;
+        continue;
+      }
+      // The even output reads element p0 of the source pair, the odd one p1: in order (p0 even,
+      // p1 = p0 + 1) or swapped (p0 odd, p1 = p0 - 1); a missing partner takes the other's pair.
+      const bool swapped = p0 >= 0 ? (p0 & 1) != 0 : (p1 & 1) == 0;
+      const int32_t s = (p0 >= 0 ? p0 : p1) / 2;
+      if ((p0 >= 0 && p0 != 2 * s + (swapped ? 1 : 0)) || (p1 >= 0 && p1 != 2 * s + (swapped ? 0 : 1))) {
+        return {};  // the partners of this output pair are not one source pair
+      }
+      src[l] = s;
+      live |= 1u << l;
+      if (swapped) p.swap |= 1u << l;
+    }
+    const int32_t own = static_cast<int32_t>(g * kLanes);  // first pair of this group
+    bool same = true, offset = true;
+    int32_t first = -1;
+    for (int l = 0; l < kLanes; ++l) {
+      if (!(live >> l & 1u)) continue;
+      same = same && src[l] == own + l;
+      if (first < 0) first = src[l] - l;
+      offset = offset && src[l] == first + l;
+    }
+    if (live == 0 || same) {
+      p.kind = static_cast<int32_t>(PairKind::kSame);
+    } else if (offset && first >= 0 && first + kLanes <= D / 2) {
+      p.kind = static_cast<int32_t>(PairKind::kOffset);
+      p.start = 2 * first;
+    } else if (source_groups(src, live, 2, groups)) {
+      p.kind = static_cast<int32_t>(PairKind::kPermute);
+      p.a = groups[0];
+      p.b = groups.size() > 1 ? groups[1] : groups[0];
+      for (int l = 0; l < kLanes; ++l) p.idx[l] = (live >> l & 1u) ? lane_of(src[l], p.a) : 0;
+    } else if (source_groups(src, live, 4, groups)) {
+      p.kind = static_cast<int32_t>(PairKind::kPermute2);
+      p.a = groups[0];
+      p.b = groups[1];
+      p.c = groups[2];
+      p.d = groups.size() > 3 ? groups[3] : groups[2];
+      for (int l = 0; l < kLanes; ++l) {
+        if (!(live >> l & 1u)) continue;
+        const int32_t sg = src[l] / kLanes;
+        if (sg == p.a || sg == p.b) {
+          p.idx[l] = lane_of(src[l], p.a);
+        } else {
+          p.mask2 |= 1u << l;
+          p.idx2[l] = lane_of(src[l], p.c);
+        }
+      }
+    } else {
+      return {};  // partners from more than four groups: the chunk rows handle it
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace cpu
+}  // namespace npu_ops_transformer_ext
