@@ -16,6 +16,9 @@ TORCH_LIBRARY(npu_ops_transformer_ext, m) {
   // grad * cos + (grad * sin) @ y^T, one rope_matrix(grad, y^T, sin', cos) call where possible.
   m.def("rope_matrix_backward(Tensor grad, Tensor y, Tensor sin, Tensor cos) -> Tensor");
   m.def("rope_matrix_qk_backward(Tensor grad_q, Tensor grad_k, Tensor y, Tensor sin, Tensor cos) -> (Tensor, Tensor)");
+  // Diagnostic (CPU): which row kernel rope_matrix takes for these inputs, e.g.
+  // "avx512_bf16/pairs/OOOO" (cpu_kernel/rope_matrix_cpu.cpp). Not part of the operator contract.
+  m.def("_cpu_kernel_choice(Tensor x, Tensor y, Tensor sin, Tensor cos) -> str");
 }
 
 // `import npu_ops_transformer_ext._C` loads this library, which runs the registrations above.

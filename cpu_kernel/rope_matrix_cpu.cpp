@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cpu_kernel/output_cache.h"
@@ -335,6 +336,22 @@ void rope_matrix_inplace_cpu(const at::Tensor& x, const at::Tensor& y, const at:
   }
 }
 
+// Which row kernel rope_matrix(x, y, sin, cos) takes on this CPU: "<isa>/<rows kind>" (Kernels),
+// and for the pair rows "/" and one letter per group of 32 elements (PairKind: S same, O offset,
+// P permute, Q two permutes). A diagnostic for tests and benchmarks.
+std::string cpu_kernel_choice(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
+                              const at::Tensor& cos) {
+  check_rope_matrix_inputs("_cpu_kernel_choice", x, y, sin, cos);
+  const std::shared_ptr<const RotatePlan> plan = cached_rotate_plan(y);
+  const Kernels k = select_kernels(x.scalar_type(), sin.scalar_type(), cos.scalar_type(), *plan);
+  std::string choice = std::string(k.isa) + "/" + k.rows_kind;
+  if (choice.size() >= 6 && choice.compare(choice.size() - 6, 6, "/pairs") == 0) {
+    choice += "/";
+    for (const PairGroupPlan& g : plan->pair_groups) choice += "SOPQ"[g.kind];
+  }
+  return choice;
+}
+
 }  // namespace
 }  // namespace cpu
 }  // namespace npu_ops_transformer_ext
@@ -343,4 +360,5 @@ TORCH_LIBRARY_IMPL(npu_ops_transformer_ext, CPU, m) {
   m.impl("rope_matrix", &npu_ops_transformer_ext::cpu::rope_matrix_cpu);
   m.impl("rope_matrix_qk", &npu_ops_transformer_ext::cpu::rope_matrix_qk_cpu);
   m.impl("rope_matrix_", &npu_ops_transformer_ext::cpu::rope_matrix_inplace_cpu);
+  m.impl("_cpu_kernel_choice", &npu_ops_transformer_ext::cpu::cpu_kernel_choice);
 }

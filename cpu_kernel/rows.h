@@ -56,11 +56,19 @@ using RowsFn = void (*)(const RotatePlan& plan, const RowBatch& batch, void* scr
 using TableFn = void (*)(const void* src, int64_t D, int64_t Dp, const uint32_t* sign_bits,
                          void* dst);
 
+// A row kernel and what it is: "pairs", "chunks", "chunks-buffered", "dense", "dense-dpbf16"
+// (AVX-512 families) or "portable".
+struct RowsChoice {
+  RowsFn fn;
+  const char* kind;
+};
+
 struct Kernels {
   RowsFn rows;
   TableFn cos_table;
   TableFn sin_table;
-  const char* isa;  // "avx512_bf16", "avx512", "avx2" or "generic"
+  const char* isa;        // "avx512_bf16", "avx512", "avx2" or "generic"
+  const char* rows_kind;  // RowsChoice::kind
 };
 
 // The best kernels for these dtypes on this CPU, chosen once per call.
@@ -78,9 +86,9 @@ TableFn avx2_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype);
 #endif
 #ifdef NPU_OPS_HAVE_AVX512
 // AVX-512 kernels (rows_avx512*.cpp); nullptr where they have none (float64).
-RowsFn avx512_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan);
+RowsChoice avx512_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan);
 TableFn avx512_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype, const RotatePlan& plan);
-RowsFn avx512_bf16_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan);
+RowsChoice avx512_bf16_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan);
 TableFn avx512_bf16_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype, const RotatePlan& plan);
 #endif
 

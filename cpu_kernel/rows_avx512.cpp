@@ -9,7 +9,7 @@
 
 namespace npu_ops_transformer_ext {
 namespace cpu {
-RowsFn avx512_rows_fn(at::ScalarType t, const RotatePlan& plan) { return avx512::rows_fn(t, plan); }
+RowsChoice avx512_rows_fn(at::ScalarType t, const RotatePlan& plan) { return avx512::rows_fn(t, plan); }
 TableFn avx512_table_fn(at::ScalarType t, at::ScalarType x_dtype, const RotatePlan& plan) {
   return avx512::table_fn(t, x_dtype, plan);
 }

@@ -10,7 +10,7 @@
 
 namespace npu_ops_transformer_ext {
 namespace cpu {
-RowsFn avx512_bf16_rows_fn(at::ScalarType t, const RotatePlan& plan) { return avx512_bf16::rows_fn(t, plan); }
+RowsChoice avx512_bf16_rows_fn(at::ScalarType t, const RotatePlan& plan) { return avx512_bf16::rows_fn(t, plan); }
 TableFn avx512_bf16_table_fn(at::ScalarType t, at::ScalarType x_dtype, const RotatePlan& plan) {
   return avx512_bf16::table_fn(t, x_dtype, plan);
 }

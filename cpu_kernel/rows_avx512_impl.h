@@ -566,26 +566,26 @@ void table_row(const void* src, int64_t D, int64_t Dp, const uint32_t* sign_bits
 }
 
 template <typename T>
-RowsFn pick(const RotatePlan& plan) {
+RowsChoice pick(const RotatePlan& plan) {
   if (!plan.is_perm) {
 #ifdef NPU_OPS_NATIVE_BF16
-    if (std::is_same_v<T, c10::BFloat16> && !plan.y_bf16_pairs.empty()) return &dense_rows_dpbf16;
+    if (std::is_same_v<T, c10::BFloat16> && !plan.y_bf16_pairs.empty()) return {&dense_rows_dpbf16, "dense-dpbf16"};
 #endif
-    return &dense_rows<T>;
+    return {&dense_rows<T>, "dense"};
   }
-  if (std::is_same_v<T, c10::BFloat16> && !plan.pair_groups.empty()) return &pair_rows;
+  if (std::is_same_v<T, c10::BFloat16> && !plan.pair_groups.empty()) return {&pair_rows, "pairs"};
   for (const ChunkPlan& c : plan.chunks) {
-    if (c.kind == static_cast<int32_t>(ChunkKind::kGather)) return &perm_rows_buffered<T>;
+    if (c.kind == static_cast<int32_t>(ChunkKind::kGather)) return {&perm_rows_buffered<T>, "chunks-buffered"};
   }
-  return &perm_rows_direct<T>;
+  return {&perm_rows_direct<T>, "chunks"};
 }
 
-inline RowsFn rows_fn(at::ScalarType t, const RotatePlan& plan) {
+inline RowsChoice rows_fn(at::ScalarType t, const RotatePlan& plan) {
   switch (t) {
     case at::kBFloat16: return pick<c10::BFloat16>(plan);
     case at::kHalf: return pick<c10::Half>(plan);
     case at::kFloat: return pick<float>(plan);
-    default: return nullptr;
+    default: return {nullptr, nullptr};
   }
 }
 

@@ -53,17 +53,19 @@ TableFn generic_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype) {
 Kernels select_kernels(at::ScalarType x, at::ScalarType sin_t, at::ScalarType cos_t,
                        const RotatePlan& plan) {
   Kernels k{generic_rows_fn(x, plan.is_perm), generic_table_fn(cos_t, x), generic_table_fn(sin_t, x),
-            "generic"};
+            "generic", "portable"};
   const int level = isa_level();
 #ifdef NPU_OPS_HAVE_AVX2
   if (level >= kAvx2) {
-    k = {avx2_rows_fn(x, plan.is_perm), avx2_table_fn(cos_t, x), avx2_table_fn(sin_t, x), "avx2"};
+    k = {avx2_rows_fn(x, plan.is_perm), avx2_table_fn(cos_t, x), avx2_table_fn(sin_t, x), "avx2", "portable"};
   }
 #endif
 #ifdef NPU_OPS_HAVE_AVX512
   if (level >= kAvx512 && x != at::kDouble) {
     const bool bf16 = level >= kAvx512Bf16;
-    k.rows = bf16 ? avx512_bf16_rows_fn(x, plan) : avx512_rows_fn(x, plan);
+    const RowsChoice rows = bf16 ? avx512_bf16_rows_fn(x, plan) : avx512_rows_fn(x, plan);
+    k.rows = rows.fn;
+    k.rows_kind = rows.kind;
     k.cos_table = bf16 ? avx512_bf16_table_fn(cos_t, x, plan) : avx512_table_fn(cos_t, x, plan);
     k.sin_table = bf16 ? avx512_bf16_table_fn(sin_t, x, plan) : avx512_table_fn(sin_t, x, plan);
     k.isa = bf16 ? "avx512_bf16" : "avx512";

@@ -1,0 +1,196 @@
+"""The CPU kernel's bf16 pair rows and head-interleaved batches (cpu_kernel/pair_plan.cpp,
+rows_avx512_impl.h, rope_matrix_cpu.cpp): which rotate matrices take them, bit-exactness on every
+kind of pair group, rounding edge cases on both rounding paths, in place, and batch edge cases."""
+import pytest
+import torch
+from npu_ops_transformer_ext.matrices import compose_matrix, get_half_matrix
+from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference
+
+ops = torch.ops.npu_ops_transformer_ext
+op = ops.rope_matrix
+
+HAS_AVX512 = ops._cpu_kernel_choice(
+    torch.zeros(1, 32, dtype=torch.bfloat16), get_half_matrix(32), torch.zeros(32), torch.zeros(32)
+).startswith("avx512")
+needs_avx512 = pytest.mark.skipif(not HAS_AVX512, reason="this CPU has no AVX-512")
+# Both AVX-512 families where the CPU has them: the default (AVX512_BF16 rounding with a fix-up
+# for subnormals, where the CPU has it) and AVX-512 without it (integer rounding only).
+ISAS = [None, "avx512"]
+
+
+def choice(x, y, sin, cos):
+    return ops._cpu_kernel_choice(x, y, sin, cos)
+
+
+def bits(t):
+    return t.view(torch.int16)
+
+
+def assert_bit_exact(out, ref):
+    """Equal bits, except that a NaN may be any NaN (torch's own conversions disagree on its bits)."""
+    assert out.dtype == ref.dtype and out.shape == ref.shape
+    nan = torch.isnan(ref)
+    assert torch.equal(torch.isnan(out), nan), "NaN in different places"
+    differ = (bits(out) != bits(ref)) & ~nan
+    assert not differ.any(), f"{differ.sum().item()} elements differ"
+
+
+def pair_permutation(d, g, zero_pairs=0, zero_elems=0, group_limit=None):
+    """A random signed permutation that moves whole element pairs (2i, 2i+1), each in order or
+    swapped, with some all-zero pairs and some single zero columns (a partial permutation)."""
+    npairs = d // 2
+    if group_limit is None:
+        src = torch.randperm(npairs, generator=g)
+    else:  # block-diagonal in blocks of group_limit groups of 16 pairs
+        block = 16 * group_limit
+        src = torch.cat([torch.randperm(block, generator=g) + b for b in range(0, npairs, block)])
+    y = torch.zeros(d, d)
+    swap = torch.randint(0, 2, (npairs,), generator=g)
+    sign = torch.randint(0, 2, (d,), generator=g) * 2 - 1
+    for p in range(npairs):
+        s = int(src[p])
+        for e in range(2):
+            j = 2 * p + e
+            i = 2 * s + (e ^ int(swap[p]))
+            y[i, j] = float(sign[j])
+    for p in torch.randperm(npairs, generator=g)[:zero_pairs]:
+        y[:, 2 * p : 2 * p + 2] = 0
+    for j in torch.randperm(d, generator=g)[:zero_elems]:
+        y[:, j] = 0
+    return y.bfloat16()
+
+
+def inputs(shape, d, g, table_dtype=torch.bfloat16):
+    x = torch.randn(*shape, d, generator=g).bfloat16()
+    sin = torch.randn(shape[-1], d, generator=g).to(table_dtype)
+    cos = torch.randn(shape[-1], d, generator=g).to(table_dtype)
+    return x, sin, cos
+
+
+@needs_avx512
+@pytest.mark.parametrize(
+    "mode,split,kinds",
+    [
+        ("half", [128], "OOOO"),
+        ("half", [64], "OO"),
+        ("interleave", [128], "SSSS"),
+        ("quarter", [128], "OOOO"),
+        ("half", [44, 44, 40], "PPQP"),  # the third group reads three groups: two permutes
+        ("interleave", [44, 44, 40], "SSSS"),
+        ("half", [64, 64], "OOOO"),
+    ],
+)
+def test_modes_with_even_halves_take_the_pair_rows(mode, split, kinds):
+    g = torch.Generator().manual_seed(0)
+    y = mode_matrix(mode, split)
+    x, sin, cos = inputs((2, 3, 5), sum(split), g)
+    assert choice(x, y, sin, cos).endswith(f"/pairs/{kinds}")
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+
+
+@needs_avx512
+def test_what_has_no_pair_form_takes_the_chunk_rows():
+    g = torch.Generator().manual_seed(1)
+    x, sin, cos = inputs((2, 7), 128, g)
+    for y in (mode_matrix("interleave-half", [128]), mode_matrix("half", [42, 42, 44])):  # odd half: 21
+        assert choice(x, y, sin, cos).endswith("/chunks")
+        assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+    x80, s80, c80 = inputs((2, 7), 80, g)  # D not a multiple of 32
+    y80 = mode_matrix("half", [80])
+    assert choice(x80, y80, s80, c80).endswith("/chunks")
+    assert_bit_exact(op(x80, y80, s80, c80), rope_matrix_reference(x80, y80, s80, c80))
+    # fp16 and fp32 x keep the chunk rows.
+    y = mode_matrix("half", [128])
+    assert choice(x.half(), y.float(), sin.float(), cos.float()).endswith("/chunks")
+    assert choice(x.float(), y.float(), sin.float(), cos.float()).endswith("/chunks")
+
+
+@needs_avx512
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("d,group_limit", [(64, None), (96, None), (128, None), (256, 4), (256, 2)])
+def test_random_pair_permutations_bit_exact(monkeypatch, isa, d, group_limit):
+    if isa:
+        monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
+    g = torch.Generator().manual_seed(d + (group_limit or 0))
+    seen = set()
+    for trial in range(6):
+        y = pair_permutation(d, g, zero_pairs=trial % 3, zero_elems=trial % 2, group_limit=group_limit)
+        tdt = torch.float32 if trial % 2 else torch.bfloat16
+        x, sin, cos = inputs((3, 5, 9), d, g, tdt)
+        c = choice(x, y, sin, cos)
+        assert "/pairs/" in c, c
+        seen.update(c.rsplit("/", 1)[1])
+        assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+    assert seen & set("PQ"), "no permuted group was exercised"
+
+
+@needs_avx512
+def test_random_pair_permutation_over_more_than_four_groups_falls_back():
+    g = torch.Generator().manual_seed(7)
+    y = pair_permutation(512, g)  # 16 groups: some group reads from more than four
+    x, sin, cos = inputs((2, 3), 512, g)
+    assert not choice(x, y, sin, cos).endswith("pairs")
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+
+
+@needs_avx512
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("mode", ["half", "interleave"])
+def test_pair_rows_round_like_c10(monkeypatch, isa, mode):
+    # Ties (round to nearest even), results that are fp32 subnormals (AVX512_BF16's conversion
+    # flushes them; the row is redone on the integer path), NaN and +-Inf.
+    if isa:
+        monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
+    d = 64
+    y = mode_matrix(mode, [d])
+    vals = [1.0 + 2**-8, 1.0 + 3 * 2**-8, 2**-130, -(2**-133), float("nan"), float("inf"), -float("inf"), 3.0]
+    x = torch.tensor([vals * (d // len(vals))]).bfloat16()
+    x = torch.cat([x, torch.full((1, d), 2**-127).bfloat16(), torch.randn(1, d).bfloat16()])
+    cos = torch.tensor([1.0 + 2**-9] * d)
+    # x @ y of a signed permutation moves each value to its partner (a NaN reaches its own and its
+    # partner's output only, as the README says), so the fp32 reference here indexes.
+    yf = y.float()
+    partner, sign = yf.abs().argmax(0), yf.sum(0)
+    for sin in (torch.zeros(d), torch.full((d,), 0.5)):
+        assert "/pairs/" in choice(x, y, sin, cos)
+        ref = (x.float() * cos + (x.float()[..., partner] * sign) * sin).bfloat16()
+        assert_bit_exact(op(x, y, sin, cos), ref)
+    out = op(x, y, torch.zeros(d), cos)
+    assert (out[1] != 0).all().item(), "subnormal results flushed to zero"
+
+
+@needs_avx512
+@pytest.mark.parametrize("mode,split", [("half", [128]), ("interleave", [128]), ("half", [44, 44, 40])])
+def test_pair_rows_in_place(mode, split):
+    g = torch.Generator().manual_seed(3)
+    y = mode_matrix(mode, split)
+    x, sin, cos = inputs((2, 6, 17), 128, g)
+    assert "/pairs/" in choice(x, y, sin, cos)
+    ref = rope_matrix_reference(x, y, sin, cos)
+    ops.rope_matrix_(x, y, sin, cos)
+    assert_bit_exact(x, ref)
+
+
+@pytest.mark.parametrize("heads", [1, 3, 4, 5, 9])
+def test_head_interleaved_batches(heads):
+    # Batches take four heads at a time: head counts that do not divide, BSND, GQA-style qk.
+    g = torch.Generator().manual_seed(heads)
+    y = mode_matrix("half", [44, 44, 40])
+    x, sin, cos = inputs((2, heads, 37), 128, g)
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+    xs = x.transpose(1, 2).contiguous()  # BSND, tables [S, 1, D]
+    assert_bit_exact(op(xs, y, sin[:, None], cos[:, None]),
+                     rope_matrix_reference(xs, y, sin[:, None], cos[:, None]))
+    k = torch.randn(2, 2, 37, 128, generator=g).bfloat16()
+    qo, ko = ops.rope_matrix_qk(x, k, y, sin, cos)
+    assert_bit_exact(qo, rope_matrix_reference(x, y, sin, cos))
+    assert_bit_exact(ko, rope_matrix_reference(k, y, sin, cos))
+
+
+def test_large_output_streams_and_stays_exact():
+    # Outputs of 16 MiB and more are written with non-temporal stores; 9 heads: batches 4, 4, 1.
+    g = torch.Generator().manual_seed(9)
+    y = mode_matrix("half", [128])
+    x, sin, cos = inputs((1, 9, 7300), 128, g)
+    assert x.numel() * 2 >= 16 << 20
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
