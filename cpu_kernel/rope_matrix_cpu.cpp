@@ -36,11 +36,14 @@ constexpr int kMaxDims = 16;           // x rank limit of this kernel (checked)
 // in a block is long (R = 128 rows = 32 KiB of bf16 for D = 128) and streams well from DRAM.
 constexpr int64_t kTableBlockBytes = 128 * 1024;
 constexpr int64_t kMaxBlockRows = 256;
-// Broadcast positions (heads) whose rows one batch interleaves, row by row: with 4, the table
-// rows are read from L2 a quarter as often as x rows are processed. At 1,24,8192,128 bf16 on the
-// 2-core development machine this was 1.4-1.6x faster than one head at a time (2 and 8 heads:
-// 1.25x and no better than 4).
+// Broadcast positions (heads) whose rows one batch interleaves, row by row, when they are far
+// apart in x (BNSD): with 4, the table rows are read from L2 a quarter as often as x rows are
+// processed. At 1,24,8192,128 bf16 on the 2-core development machine this was 1.4-1.6x faster than
+// one head at a time (2 heads: 1.25x; 8: no better than 4). Heads that are adjacent rows of x
+// (BSND) all go in one batch, up to kMaxHeadsPerBatch: x is then read straight through (1.3x faster
+// than 4 at a time at 1,8192,24,128).
 constexpr int64_t kHeadsPerBatch = 4;
+constexpr int64_t kMaxHeadsPerBatch = 64;
 
 // One x (and its output) of the call: rope_matrix has one, rope_matrix_qk two.
 struct Operand {
@@ -143,6 +146,16 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
   const int64_t want = 8 * static_cast<int64_t>(at::get_num_threads());
   const int64_t nslices = std::clamp<int64_t>((want + nblocks - 1) / nblocks, 1, max_nbc);
   const uint32_t* sign_bits = plan.is_perm ? plan.sign_bits.data() : nullptr;
+  // Broadcast positions per batch, per operand: where the heads of one table row are adjacent rows
+  // of x and of the output (BSND), all of them (up to kMaxHeadsPerBatch), so x is read straight
+  // through; otherwise (BNSD) kHeadsPerBatch.
+  std::vector<int64_t> heads_per_batch;
+  int64_t max_heads = 1;
+  for (const auto& o : ops) {
+    const bool adjacent = o.nb > 0 && o.b_xstride[o.nb - 1] == D && o.b_ostride[o.nb - 1] == D;
+    heads_per_batch.push_back(adjacent ? std::min(o.b_size[o.nb - 1], kMaxHeadsPerBatch) : kHeadsPerBatch);
+    max_heads = std::max(max_heads, heads_per_batch.back());
+  }
 
   at::parallel_for(0, nblocks * nslices, 1, [&](int64_t begin, int64_t end) {
     const int64_t scratch_len = kScratchRows * (Dp + kLanes) * static_cast<int64_t>(sizeof(double));
@@ -158,9 +171,10 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
       int64_t x_off, out_off;  // bytes from the operand's bases to this broadcast position
     };
     std::vector<Position> positions;
-    // Row pointers of a batch (kHeadsPerBatch positions x R rows); x twice, for this batch and
+    std::vector<std::pair<size_t, size_t>> ranges;  // batches: [first, last) positions
+    // Row pointers of a batch (up to max_heads positions x R rows); x twice, for this batch and
     // the next one.
-    const size_t batch_cap = static_cast<size_t>(kHeadsPerBatch * R);
+    const size_t batch_cap = static_cast<size_t>(max_heads * R);
     std::vector<const void*> bx[2] = {std::vector<const void*>(batch_cap), std::vector<const void*>(batch_cap)};
     std::vector<void*> bout(batch_cap);
     std::vector<const void*> bcos(batch_cap), bsin(batch_cap);
@@ -195,16 +209,18 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
         sinrow[r] = sbuf;
         advance(tab.nt, tab.t_size.data(), tidx.data());
       }
-      // Every broadcast position of every operand in this slice, kHeadsPerBatch of them per
-      // batch with their rows ordered (table row, position): each table row is read from L2 once
-      // for that many rows of x, and each position's rows still run on for R rows, long enough
-      // for the prefetchers. Each batch is given the next one's x rows for prefetching.
+      // Every broadcast position of every operand in this slice, heads_per_batch of them per batch
+      // with their rows ordered (table row, position): each table row is read from L2 once for
+      // that many rows of x, and each position's rows still run on for R rows, long enough for
+      // the prefetchers. Each batch is given the next one's x rows for prefetching.
       positions.clear();
+      ranges.clear();
       for (size_t i = 0; i < ops.size(); ++i) {
         const Operand& o = ops[i];
         const int64_t b0 = slice * o.nbc / nslices, b1 = (slice + 1) * o.nbc / nslices;
         if (b0 >= b1) continue;
         unravel(b0, o.nb, o.b_size.data(), bidx.data());
+        const size_t first = positions.size();
         for (int64_t bpos = b0; bpos < b1; ++bpos) {
           int64_t xb = 0, ob = 0;
           for (int d = 0; d < o.nb; ++d) {
@@ -214,11 +230,14 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
           positions.push_back({i, xb * o.elem, ob * o.elem});
           advance(o.nb, o.b_size.data(), bidx.data());
         }
+        for (size_t p = first; p < positions.size(); p += heads_per_batch[i]) {
+          ranges.push_back({p, std::min(positions.size(), p + static_cast<size_t>(heads_per_batch[i]))});
+        }
       }
-      const size_t nbatches = (positions.size() + kHeadsPerBatch - 1) / kHeadsPerBatch;
+      const size_t nbatches = ranges.size();
       // Fills batch t's x rows (and, with `all`, its out and table rows); returns its row count.
       const auto fill = [&](size_t t, std::vector<const void*>& xr, bool all) -> int64_t {
-        const size_t p0 = t * kHeadsPerBatch, p1 = std::min(positions.size(), p0 + kHeadsPerBatch);
+        const auto [p0, p1] = ranges[t];
         const int64_t hn = static_cast<int64_t>(p1 - p0);
         for (int64_t h = 0; h < hn; ++h) {
           const Position& pos = positions[p0 + h];

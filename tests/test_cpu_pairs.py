@@ -185,6 +185,15 @@ def test_head_interleaved_batches(heads):
     qo, ko = ops.rope_matrix_qk(x, k, y, sin, cos)
     assert_bit_exact(qo, rope_matrix_reference(x, y, sin, cos))
     assert_bit_exact(ko, rope_matrix_reference(k, y, sin, cos))
+    # BSND q and k with different head counts: each takes its own heads per batch.
+    ks = k.transpose(1, 2).contiguous()
+    qo, ko = ops.rope_matrix_qk(xs, ks, y, sin[:, None], cos[:, None])
+    assert_bit_exact(qo, rope_matrix_reference(xs, y, sin[:, None], cos[:, None]))
+    assert_bit_exact(ko, rope_matrix_reference(ks, y, sin[:, None], cos[:, None]))
+    # A BSND view whose heads are not adjacent rows (every other head of a larger tensor).
+    xv = torch.randn(2, 37, 2 * heads, 128, generator=g).bfloat16()[:, :, ::2]
+    assert_bit_exact(op(xv, y, sin[:, None], cos[:, None]),
+                     rope_matrix_reference(xv, y, sin[:, None], cos[:, None]))
 
 
 def test_large_output_streams_and_stays_exact():
