@@ -3,7 +3,7 @@ rows_avx512_impl.h, rope_matrix_cpu.cpp): which rotate matrices take them, bit-e
 kind of pair group, rounding edge cases on both rounding paths, in place, and batch edge cases."""
 import pytest
 import torch
-from npu_ops_transformer_ext.matrices import compose_matrix, get_half_matrix
+from npu_ops_transformer_ext.matrices import get_half_matrix
 from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference
 
 ops = torch.ops.npu_ops_transformer_ext
