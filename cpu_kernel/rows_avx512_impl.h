@@ -454,20 +454,39 @@ inline __m512i pair_bits_native(__m512 even, __m512 odd) {
 }
 #endif
 
+// What every group of a pair plan does, when they all do the same (most modes): the row loop
+// then has no per-group branches.
+enum class PairShape { kMixed, kAllSwapped, kAllOffset };
+
+inline PairShape pair_shape(const std::vector<PairGroupPlan>& groups) {
+  bool swapped = true, offset = true;
+  for (const PairGroupPlan& g : groups) {
+    swapped = swapped && g.kind == static_cast<int32_t>(PairKind::kSame) && g.swap == 0xFFFFu && g.nonzero == 0xFFFFFFFFu;
+    offset = offset && g.kind == static_cast<int32_t>(PairKind::kOffset) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
+  }
+  return swapped ? PairShape::kAllSwapped : offset ? PairShape::kAllOffset : PairShape::kMixed;
+}
+
 // One row; returns the subnormal-result lanes when unchecked with AVX512_BF16 (then the caller
 // redoes the row checked), else 0.
-template <bool kStream, bool kChecked>
+template <PairShape kShape, bool kStream, bool kChecked>
 inline uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
                          c10::BFloat16* out, const float* cs, const float* sn) {
-  uint32_t fixup = 0;
+  __mmask16 fixup = 0;
   for (int64_t g = 0; g < ngroups; ++g) {
     const PairGroupPlan& gp = groups[g];
     const __m512i own = _mm512_loadu_si512(x + g * 2 * kLanes);
     const __m512 xe = even_fp32(own), xo = odd_fp32(own);
     __m512 pe, po;
-    if (gp.kind == static_cast<int32_t>(PairKind::kSame) && gp.swap == 0xFFFFu && gp.nonzero == 0xFFFFFFFFu) {
+    if (kShape == PairShape::kAllSwapped ||
+        (kShape == PairShape::kMixed && gp.kind == static_cast<int32_t>(PairKind::kSame) &&
+         gp.swap == 0xFFFFu && gp.nonzero == 0xFFFFFFFFu)) {
       pe = xo;  // interleave: each element's partner is the other one of its pair
       po = xe;
+    } else if (kShape == PairShape::kAllOffset) {
+      const __m512i p = _mm512_loadu_si512(x + gp.start);
+      pe = even_fp32(p);
+      po = odd_fp32(p);
     } else {
       __m512i p = pair_partners(gp, x, own);
       if (gp.swap != 0) p = _mm512_mask_rol_epi32(p, static_cast<__mmask16>(gp.swap), p, 16);
@@ -485,7 +504,7 @@ inline uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const c10
     if constexpr (kChecked) {
       bits = pair_bits_exact(re, ro);
     } else {
-      fixup |= static_cast<uint32_t>(_mm512_fpclass_ps_mask(re, 0x20) | _mm512_fpclass_ps_mask(ro, 0x20));
+      fixup = _kor_mask16(fixup, _kor_mask16(_mm512_fpclass_ps_mask(re, 0x20), _mm512_fpclass_ps_mask(ro, 0x20)));
       bits = pair_bits_native(re, ro);
     }
 #else
@@ -500,16 +519,16 @@ inline uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const c10
   return fixup;
 }
 
-template <bool kStream>
+template <PairShape kShape, bool kStream>
 inline void pair_row_exact(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
                            c10::BFloat16* out, const float* cs, const float* sn) {
-  if (pair_row<kStream, false>(groups, ngroups, x, out, cs, sn) != 0) {
-    pair_row<kStream, true>(groups, ngroups, x, out, cs, sn);  // rare: subnormal results
+  if (pair_row<kShape, kStream, false>(groups, ngroups, x, out, cs, sn) != 0) {
+    pair_row<kShape, kStream, true>(groups, ngroups, x, out, cs, sn);  // rare: subnormal results
   }
 }
 
-// bf16 x with a pair plan; the tables come from pair_table_row.
-void pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+template <PairShape kShape>
+void pair_rows_shaped(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   using T = c10::BFloat16;
   const int64_t D = plan.D, ngroups = D / (2 * kLanes);
   const PairGroupPlan* groups = plan.pair_groups.data();
@@ -523,12 +542,21 @@ void pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
       x = copy;
     }
     if (b.stream_out && (reinterpret_cast<uintptr_t>(out) % 64) == 0) {
-      pair_row_exact<true>(groups, ngroups, x, out, cs, sn);
+      pair_row_exact<kShape, true>(groups, ngroups, x, out, cs, sn);
     } else {
-      pair_row_exact<false>(groups, ngroups, x, out, cs, sn);
+      pair_row_exact<kShape, false>(groups, ngroups, x, out, cs, sn);
     }
   }
   if (b.stream_out) _mm_sfence();
+}
+
+// bf16 x with a pair plan; the tables come from pair_table_row.
+void pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+  switch (pair_shape(plan.pair_groups)) {
+    case PairShape::kAllSwapped: return pair_rows_shaped<PairShape::kAllSwapped>(plan, b, scratch);
+    case PairShape::kAllOffset: return pair_rows_shaped<PairShape::kAllOffset>(plan, b, scratch);
+    default: return pair_rows_shaped<PairShape::kMixed>(plan, b, scratch);
+  }
 }
 
 // A table row for pair_rows: each group of 32 as its 16 even elements then its 16 odd ones, fp32,

@@ -135,14 +135,16 @@ def test_random_pair_permutation_over_more_than_four_groups_falls_back():
 
 @needs_avx512
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("mode", ["half", "interleave"])
-def test_pair_rows_round_like_c10(monkeypatch, isa, mode):
+@pytest.mark.parametrize("mode,split", [("half", [64]), ("interleave", [64]), ("half", [20, 44])])
+def test_pair_rows_round_like_c10(monkeypatch, isa, mode, split):
     # Ties (round to nearest even), results that are fp32 subnormals (AVX512_BF16's conversion
     # flushes them; the row is redone on the integer path), NaN and +-Inf.
     if isa:
         monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
+    # Row loops: every group an offset load (half), every group its own pairs swapped
+    # (interleave), and groups of different kinds ([20, 44]: permutes).
     d = 64
-    y = mode_matrix(mode, [d])
+    y = mode_matrix(mode, split)
     vals = [1.0 + 2**-8, 1.0 + 3 * 2**-8, 2**-130, -(2**-133), float("nan"), float("inf"), -float("inf"), 3.0]
     x = torch.tensor([vals * (d // len(vals))]).bfloat16()
     x = torch.cat([x, torch.full((1, d), 2**-127).bfloat16(), torch.randn(1, d).bfloat16()])
