@@ -44,6 +44,14 @@ class CMakeBuild(build_ext):
         )
         subprocess.check_call(["cmake", "--build", ".", "-j", jobs], cwd=build_dir)
 
+    def copy_extensions_to_source(self):
+        # --inplace: setuptools copies the declared extension (_C) into the source tree; CMake
+        # built the twin module next to it, so copy that too.
+        super().copy_extensions_to_source()
+        built = Path(self.build_lib).resolve() / "npu_ops_transformer_ext"
+        for module in built.glob("_twin*"):
+            self.copy_file(str(module), str(ROOT / "python" / "npu_ops_transformer_ext" / module.name))
+
 
 setup(
     ext_modules=[CMakeExtension("npu_ops_transformer_ext._C")],

@@ -79,7 +79,9 @@ at::Tensor rope_matrix_npu(const at::Tensor& x, const at::Tensor& y, const at::T
   std::memcpy(tiling_host.data_ptr(), packed.data(), packed.size());
   at::Tensor tiling_dev = tiling_host.to(x.device());
 
-  aclrtStream stream = c10_npu::getCurrentNPUStream().stream(false);
+  // stream(true) first empties torch_npu's task queue, so the kernel runs after the copies and
+  // casts queued above (stream(false) hands back the raw stream without doing so).
+  aclrtStream stream = c10_npu::getCurrentNPUStream().stream(true);
   const uint32_t rc = launcher(c.kernel)(t.blockDim, stream, c.x.data_ptr(), c.y.data_ptr(), c.sin.data_ptr(),
                                          c.cos.data_ptr(), out.data_ptr(), workspace.data_ptr(),
                                          tiling_dev.data_ptr());

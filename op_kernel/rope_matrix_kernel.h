@@ -38,7 +38,8 @@ class RopeMatrixCube {
     xGm_.SetGlobalBuffer((__gm__ T*)x, xElems);
     yGm_.SetGlobalBuffer((__gm__ T*)y, static_cast<uint64_t>(t.d) * t.d);
     wsGm_.SetGlobalBuffer((__gm__ T*)ws, static_cast<uint64_t>(t.blockDim) * kSlots * t.slotElems);
-    REGIST_MATMUL_OBJ(pipe, AscendC::GetSysWorkSpacePtr(), mm_, cube);
+    // GetSysWorkSpacePtr is declared at global scope by CANN (not in namespace AscendC).
+    REGIST_MATMUL_OBJ(pipe, GetSysWorkSpacePtr(), mm_, cube);
   }
 
   __aicore__ inline void Process() {

@@ -81,7 +81,6 @@ inline int64_t GetSubBlockIdx() { return ::twin::core().type == ::twin::CoreType
 inline int64_t GetSubBlockNum() { return GetTaskRatio(); }
 
 // ---- workspace ----------------------------------------------------------------------------------
-inline GM_ADDR GetSysWorkSpacePtr() { return ::twin::launch().workspace(); }
 // Device behaviour: the argument is ignored; the user part starts 16 MB after the system workspace.
 inline GM_ADDR GetUserWorkspace(GM_ADDR /*workspace*/) {
   auto& l = ::twin::launch();
@@ -183,6 +182,9 @@ class GlobalTensor {
 };
 
 }  // namespace AscendC
+
+// CANN declares this one at global scope, outside namespace AscendC; so does the twin.
+inline GM_ADDR GetSysWorkSpacePtr() { return ::twin::launch().workspace(); }
 
 // ---- UB buffers, TPipe, TQue, TBuf ----------------------------------------------------------------
 namespace twin {
