@@ -1,5 +1,8 @@
 """The benchmark CLI runs and writes the long-format CSV it documents (a smoke test, not a timing)."""
 import csv
+import subprocess
+import sys
+from pathlib import Path
 
 from npu_ops_transformer_ext import bench
 
@@ -28,3 +31,11 @@ def test_bench_figures_keep_significant_digits():
     assert bench._sig(16384 / 5.795e-3 / 1e9) == 0.002827
     assert bench._sig(1234.5678) == 1235.0
     assert bench._sig(1.2345, 3) == 1.23
+
+
+def test_decode_benchmark_script_runs():
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_decode.py"
+    out = subprocess.run([sys.executable, str(script), "--calls", "5", "--batches", "1,2"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    rows = [line.split() for line in out.splitlines()[2:]]
+    assert [r[0] for r in rows] == ["1", "2"] and all(float(v) > 0 for r in rows for v in r[1:])
