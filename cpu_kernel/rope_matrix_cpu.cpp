@@ -44,6 +44,10 @@ constexpr int64_t kMaxBlockRows = 256;
 // than 4 at a time at 1,8192,24,128).
 constexpr int64_t kHeadsPerBatch = 4;
 constexpr int64_t kMaxHeadsPerBatch = 64;
+// Calls with fewer elements run on the calling thread (one decode token of 32 heads of 128 is 4096;
+// waking the second thread cost about 1 us more than it saved there, benchmarks/bench_decode.py;
+// at 8 such tokens, 32768 elements, two threads are faster again).
+constexpr int64_t kMinParallelElems = 16 * 1024;
 
 // One x (and its output) of the call: rope_matrix has one, rope_matrix_qk two.
 struct Operand {
@@ -157,7 +161,11 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
     max_heads = std::max(max_heads, heads_per_batch.back());
   }
 
-  at::parallel_for(0, nblocks * nslices, 1, [&](int64_t begin, int64_t end) {
+  // A call this small runs on the calling thread: waking the others costs more than they save.
+  int64_t elems = 0;
+  for (const auto& o : ops) elems += o.nbc * tab.ntr * D;
+  const int64_t items = nblocks * nslices;
+  at::parallel_for(0, items, elems < kMinParallelElems ? items : 1, [&](int64_t begin, int64_t end) {
     const int64_t scratch_len = kScratchRows * (Dp + kLanes) * static_cast<int64_t>(sizeof(double));
     const int64_t tab_len = 2 * R * Dp;
     std::unique_ptr<char[]> mem(new char[scratch_len + tab_len * sizeof(C) + 128]);
