@@ -107,7 +107,7 @@ def test_what_has_no_pair_form_takes_the_chunk_rows():
 
 @needs_avx512
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("d,group_limit", [(64, None), (96, None), (128, None), (256, 4), (256, 2)])
+@pytest.mark.parametrize("d,group_limit", [(32, None), (64, None), (96, None), (128, None), (256, 4), (256, 2)])
 def test_random_pair_permutations_bit_exact(monkeypatch, isa, d, group_limit):
     if isa:
         monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
