@@ -243,34 +243,38 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
         }
       }
       const size_t nbatches = ranges.size();
-      // Fills batch t's x rows (and, with `all`, its out and table rows); returns its row count.
-      const auto fill = [&](size_t t, std::vector<const void*>& xr, bool all) -> int64_t {
+      // Calls f(row index in the batch, position, table row) for every row of batch t; returns
+      // the batch's row count.
+      const auto for_rows = [&](size_t t, auto&& f) -> int64_t {
         const auto [p0, p1] = ranges[t];
         const int64_t hn = static_cast<int64_t>(p1 - p0);
         for (int64_t h = 0; h < hn; ++h) {
-          const Position& pos = positions[p0 + h];
-          const Operand& o = ops[pos.op];
-          for (int64_t r = 0; r < nr; ++r) {
-            xr[r * hn + h] = o.x_base + pos.x_off + xt_off[pos.op][r];
-            if (all) {
-              bout[r * hn + h] = o.out_base + pos.out_off + ot_off[pos.op][r];
-              bcos[r * hn + h] = cosrow[r];
-              bsin[r * hn + h] = sinrow[r];
-            }
-          }
+          for (int64_t r = 0; r < nr; ++r) f(r * hn + h, positions[p0 + h], r);
         }
         return nr * hn;
       };
+      const auto fill_x = [&](size_t t, std::vector<const void*>& xr) {
+        return for_rows(t, [&](int64_t i, const Position& pos, int64_t r) {
+          xr[i] = ops[pos.op].x_base + pos.x_off + xt_off[pos.op][r];
+        });
+      };
+      // Batch t's x rows are filled one batch ahead (as the previous batch's next rows).
+      int64_t n = nbatches > 0 ? fill_x(0, bx[0]) : 0;
       for (size_t t = 0; t < nbatches; ++t) {
         std::vector<const void*>& xr = bx[t % 2];
         std::vector<const void*>& next = bx[(t + 1) % 2];
-        const int64_t n = fill(t, xr, true);
+        for_rows(t, [&](int64_t i, const Position& pos, int64_t r) {
+          bout[i] = ops[pos.op].out_base + pos.out_off + ot_off[pos.op][r];
+          bcos[i] = cosrow[r];
+          bsin[i] = sinrow[r];
+        });
         RowBatch rb{n, xr.data(), bout.data(), bcos.data(), bsin.data(), stream, in_place};
         if (t + 1 < nbatches) {
-          rb.next_n = fill(t + 1, next, false);
+          rb.next_n = fill_x(t + 1, next);
           rb.next_x = next.data();
         }
         k.rows(plan, rb, scratch);
+        n = rb.next_n;
       }
     }
   });

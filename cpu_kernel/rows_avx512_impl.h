@@ -405,6 +405,12 @@ inline __m512 odd_fp32(__m512i pairs) {
   return _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
 
+// Pairs of groups a and b of row x, lane l taking lane idx[l] of (a | b).
+inline __m512i permute_groups(const c10::BFloat16* x, int32_t a, const int32_t* idx, int32_t b) {
+  return _mm512_permutex2var_epi32(_mm512_loadu_si512(x + a * 2 * kLanes), _mm512_load_si512(idx),
+                                   _mm512_loadu_si512(x + b * 2 * kLanes));
+}
+
 // The partner pairs of group g of row x, in output order once `swap` lanes are rotated by 16.
 inline __m512i pair_partners(const PairGroupPlan& g, const c10::BFloat16* x, __m512i own) {
   switch (static_cast<PairKind>(g.kind)) {
@@ -413,17 +419,10 @@ inline __m512i pair_partners(const PairGroupPlan& g, const c10::BFloat16* x, __m
     case PairKind::kOffset:
       return _mm512_loadu_si512(x + g.start);
     case PairKind::kPermute:
-      return _mm512_permutex2var_epi32(_mm512_loadu_si512(x + g.a * 2 * kLanes), _mm512_load_si512(g.idx),
-                                       _mm512_loadu_si512(x + g.b * 2 * kLanes));
-    default: {
-      const __m512i p = _mm512_permutex2var_epi32(_mm512_loadu_si512(x + g.a * 2 * kLanes),
-                                                  _mm512_load_si512(g.idx),
-                                                  _mm512_loadu_si512(x + g.b * 2 * kLanes));
-      const __m512i q = _mm512_permutex2var_epi32(_mm512_loadu_si512(x + g.c * 2 * kLanes),
-                                                  _mm512_load_si512(g.idx2),
-                                                  _mm512_loadu_si512(x + g.d * 2 * kLanes));
-      return _mm512_mask_mov_epi32(p, static_cast<__mmask16>(g.mask2), q);
-    }
+      return permute_groups(x, g.a, g.idx, g.b);
+    default:
+      return _mm512_mask_mov_epi32(permute_groups(x, g.a, g.idx, g.b), static_cast<__mmask16>(g.mask2),
+                                   permute_groups(x, g.c, g.idx2, g.d));
   }
 }
 
