@@ -414,3 +414,32 @@ def test_double_backward_under_compile_fails_loudly():
     with pytest.raises(RuntimeError, match="double backward"):
         torch.autograd.grad(sum(t.square().sum() for t in first), ins)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_second_derivatives_low_precision(dtype):
+    """bf16/fp16/fp32 x with fp32 tables and y: every second derivative near the fp64 one (the
+    first-order path already rounds once per op; this checks dtypes flow through the double
+    backward), and opcheck of the helper ops with inputs that require grad."""
+    gen = torch.Generator().manual_seed(2)
+    y = matrices.get_interleave_matrix(16, dtype=torch.float32)
+    sin, cos = (torch.randn(5, 16, generator=gen) for _ in range(2))
+    x = torch.randn(2, 5, 16, generator=gen).to(dtype)
+    g = torch.randn(2, 5, 16, generator=gen).to(dtype)
+    w = [torch.randn(t.shape, generator=gen).to(t.dtype) for t in (x, y, sin, cos)]
+    ours = _second_order(ext.rope_matrix, [t.clone().requires_grad_() for t in (x, y, sin, cos)], g, w)
+    refs = _second_order(
+        _ref, [t.double().requires_grad_() for t in (x, y, sin, cos)], g.double(), [t.double() for t in w]
+    )
+    tol = {torch.bfloat16: 5e-2, torch.float16: 5e-3, torch.float32: 1e-4}[dtype]
+    for name, a, b, t in zip(["x", "y", "sin", "cos"], ours, refs, (x, y, sin, cos)):
+        assert a.dtype == t.dtype, name
+        torch.testing.assert_close(a.double(), b, rtol=tol, atol=tol * b.abs().max().item())
+    torch.library.opcheck(
+        OPS.rope_matrix_backward,
+        (g.clone().requires_grad_(), y.clone().requires_grad_(), sin.clone().requires_grad_(), cos),
+    )
+    torch.library.opcheck(
+        OPS.rope_matrix_qk_backward,
+        (g.clone().requires_grad_(), g[:1].clone().requires_grad_(), y, sin, cos.clone().requires_grad_()),
+    )
