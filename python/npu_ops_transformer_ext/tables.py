@@ -546,9 +546,8 @@ class RotaryEmbedding(torch.nn.Module):
                 f"[B, S, N, D]."
             )
 
-        if k is not None:
-            if k.dim() != q.dim() or k.shape[sd] != s:
-                raise mismatch(f"k {list(k.shape)} has {k.shape[sd] if k.dim() >= -sd else '?'}")
+        if k is not None and (k.dim() != q.dim() or k.shape[sd] != s):
+            raise mismatch(f"k {list(k.shape)} has {k.shape[sd] if k.dim() >= -sd else '?'}")
         if positions is not None:
             n = positions.shape[-1] if positions.dim() else 0
             if n != s:
