@@ -287,3 +287,38 @@ def test_rotary_embedding_module_caches_and_survives_dtype_cast():
     for i in range(12):
         rope.tables(20 + i)
     assert len(rope._cache) == rope.max_cached
+
+
+def test_rotary_embedding_layout_is_required():
+    """The layout is never guessed: no default (the old default BNSD silently rotated BSND q/k by
+    their head index)."""
+    with pytest.raises(TypeError, match="layout"):
+        tables.RotaryEmbedding(64)
+    with pytest.raises(ValueError, match="BNSD.*BSND"):
+        tables.RotaryEmbedding(64, layout="bsnd")
+
+
+@pytest.mark.parametrize("built, given", [("BSND", "BNSD"), ("BNSD", "BSND")])
+def test_rotary_embedding_wrong_layout_raises(built, given):
+    """q/k in the other layout (GQA: the head counts differ) raise an error naming both layouts
+    instead of rotating each head by its head index."""
+    b, s, hq, hk, d = 2, 10, 4, 2, 64
+    rope = tables.RotaryEmbedding(d, layout=built)
+    shape = (lambda h: (b, h, s, d)) if given == "BNSD" else (lambda h: (b, s, h, d))
+    q, k = torch.randn(shape(hq)), torch.randn(shape(hk))
+    with pytest.raises(ValueError, match="layout='BNSD'.*layout='BSND'"):
+        rope(q, k)
+    good = tables.RotaryEmbedding(d, layout=given)
+    qo, _ = good(q, k)
+    t = tables.rope_1d(s, d)
+    want = _apply(q, tables.RopeTables(*(tables.for_layout(v, given) for v in (t.cos, t.sin)), t.mat))
+    assert torch.equal(qo, want)
+
+
+def test_rotary_embedding_positions_must_match_sequence_dim():
+    rope = tables.RotaryEmbedding(32, layout="BSND")
+    q = torch.randn(1, 6, 3, 32)  # BSND, S = 6
+    with pytest.raises(ValueError, match="positions \\[1, 3\\] has 3"):
+        rope(q, positions=torch.arange(3)[None])
+    with pytest.raises(ValueError, match="rank >= 3"):
+        rope(torch.randn(6, 32))

@@ -24,6 +24,7 @@ from .matrices import (
 )
 from .ops import rope_matrix, rope_matrix_, rope_matrix_qk
 from .tables import RopeTables, RotaryEmbedding, rope_1d, rope_mrope, rope_nd
+from .transformers import patch_transformers, unpatch_transformers  # HF transformers drop-in
 
 __version__ = "0.1.0"
 
@@ -36,10 +37,12 @@ __all__ = [
     "get_interleave_matrix",
     "get_quarter_matrix",
     "is_signed_permutation",
+    "patch_transformers",
     "rope_1d",
     "rope_matrix",
     "rope_matrix_",
     "rope_matrix_qk",
     "rope_mrope",
     "rope_nd",
+    "unpatch_transformers",
 ]

@@ -429,13 +429,17 @@ def for_layout(t: Tensor, layout: str) -> Tensor:
 
 
 class RotaryEmbedding(torch.nn.Module):
-    """1D RoPE with cached tables: builds cos/sin once per (S, offset, device, dtype) and applies
-    ``rope_matrix_qk``.
+    """1D RoPE with cached tables, applied with ``rope_matrix_qk``: ``rope(q, k) -> (q_out, k_out)``.
+
+    ``layout`` is required and never guessed: ``"BNSD"`` for q/k ``[B, N, S, D]`` (HF transformers
+    after its ``transpose(1, 2)``), ``"BSND"`` for ``[B, S, N, D]`` (flash-attn, most fused LLM code);
+    ``"SBND"``, ``"TND"`` and ``"SD"`` are accepted too. A q/k pair whose sequence dims disagree, or
+    ``positions`` whose length is not q's sequence length, raises a ``ValueError`` naming both
+    layouts, since that is what a q/k in the other layout looks like.
 
     Tables are kept out of the module's buffers on purpose: ``model.to(torch.bfloat16)`` must not
     round them (they are float32 unless ``table_dtype`` says otherwise). ``forward(q, k)`` rotates
-    q and k (``[..., S, ..., D]`` in ``layout``); pass ``offset`` (KV cache) or per-token
-    ``positions`` (``[S]`` or ``[B, S]``; not cached).
+    q and k; pass ``offset`` (KV cache) or per-token ``positions`` (``[S]`` or ``[B, S]``).
 
         rope = RotaryEmbedding(128, theta=1e6, mode="half", layout="BSND",
                                scaling={"type": "yarn", "factor": 4.0,
@@ -447,11 +451,11 @@ class RotaryEmbedding(torch.nn.Module):
         self,
         head_dim: int,
         *,
+        layout: str,
         rotary_dim: int | None = None,
         theta: float = 10000.0,
         mode: str = "half",
         scaling: Mapping | None = None,
-        layout: str = "BNSD",
         freqs_dtype: torch.dtype = torch.float64,
         table_dtype: torch.dtype = torch.float32,
         max_cached: int = 8,
@@ -459,7 +463,10 @@ class RotaryEmbedding(torch.nn.Module):
         super().__init__()
         _check_mode(mode)
         if layout not in _SEQ_DIM:
-            raise ValueError(f"layout must be one of {sorted(_SEQ_DIM)}, got {layout!r}")
+            raise ValueError(
+                f"RotaryEmbedding: layout must be one of {sorted(_SEQ_DIM)} (BNSD for q [B, N, S, D], "
+                f"BSND for q [B, S, N, D]), got {layout!r}"
+            )
         self.head_dim, self.rotary_dim, self.theta, self.mode = head_dim, rotary_dim, theta, mode
         self.scaling, self.layout = scaling, layout
         self.freqs_dtype, self.table_dtype, self.max_cached = freqs_dtype, table_dtype, max_cached
@@ -511,11 +518,38 @@ class RotaryEmbedding(torch.nn.Module):
     ):
         from .ops import rope_matrix, rope_matrix_qk
 
+        s = self._seq_len_of(q, k, positions)
         if positions is not None:
             t = self._build(positions, offset, q.device)
             tab = RopeTables(for_layout(t.cos, self.layout), for_layout(t.sin, self.layout), t.mat)
         else:
-            tab = self.tables(q.shape[_SEQ_DIM[self.layout]], offset=offset, device=q.device)
+            tab = self.tables(s, offset=offset, device=q.device)
         if k is None:
             return rope_matrix(q, tab.mat, tab.sin, tab.cos)
         return rope_matrix_qk(q, k, tab.mat, tab.sin, tab.cos)
+
+    def _seq_len_of(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> int:
+        """q's sequence length in ``self.layout``; checks that k and positions agree with it."""
+        sd = _SEQ_DIM[self.layout]
+        if q.dim() < -sd:
+            raise ValueError(
+                f"RotaryEmbedding(layout={self.layout!r}): q must have rank >= {-sd}, got "
+                f"{list(q.shape)}"
+            )
+        s = q.shape[sd]
+
+        def mismatch(what: str) -> ValueError:
+            return ValueError(
+                f"RotaryEmbedding(layout={self.layout!r}): the sequence dim of q (dim {q.dim() + sd} "
+                f"of {list(q.shape)}) has {s} tokens but {what}. The layout is not guessed: build "
+                f"the module with layout='BNSD' for q/k [B, N, S, D] or layout='BSND' for "
+                f"[B, S, N, D]."
+            )
+
+        if k is not None and (k.dim() != q.dim() or k.shape[sd] != s):
+            raise mismatch(f"k {list(k.shape)} has {k.shape[sd] if k.dim() >= -sd else '?'}")
+        if positions is not None:
+            n = positions.shape[-1] if positions.dim() else 0
+            if n != s:
+                raise mismatch(f"positions {list(positions.shape)} has {n}")
+        return s
