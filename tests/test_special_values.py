@@ -24,6 +24,7 @@ from special_values import (
     assert_bit_exact,
     compare_twin,
     cpu_isa,
+    twin,
     cpu_results,
     special_values,
     twin_supports,
@@ -257,6 +258,28 @@ def test_sprinkled_special_values_bit_exact(name, dt, tdt):
             twin_cases.append((x, y, sin, cos, ref, what))
     for case in twin_cases:  # last: an expected twin failure ends the test
         compare_twin(*case[:5], case[5])
+
+
+@pytest.mark.skipif(not twin_supports(torch.zeros(1, 16), None, None, None), reason="the twin is not built")
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("name", ["half16", "interleave32", "3d-half44+44+40", "partial-half96of128"])
+def test_twin_exact_where_the_cube_is(name, dt):
+    """Where the twin's cube-matmul path is already exact for a signed permutation (x finite and
+    non-zero: subnormals and near-overflow values included), strictly bit-equal; tables hold every
+    special value (NaN, +-Inf, +-0, ...), which only meet the vector unit."""
+    dtype = DTYPES[dt]
+    y = PAIR_MATRICES[name]().to(dtype)
+    d = y.shape[0]
+    g = torch.Generator().manual_seed(d)
+    for table_dtype in {dtype, torch.float32}:
+        finite = torch.tensor([v for v in special_values(dtype) if v == v and abs(v) != float("inf") and v != 0])
+        x = finite[torch.randint(0, len(finite), (2, 40, d), generator=g)].to(dtype)
+        tv = torch.tensor(special_values(table_dtype), dtype=torch.float64)
+        sin = tv[torch.randint(0, len(tv), (40, d), generator=g)].to(table_dtype)
+        cos = tv[torch.randint(0, len(tv), (1, 40, d), generator=g)].to(table_dtype)
+        ref = _check_cpu(x, y, sin, cos, f"{name} {dt} tables {table_dtype}")
+        out, report = twin.run(x, y, sin, cos)
+        assert_bit_exact(out, ref, f"{name} {dt} tables {table_dtype} twin[{report['kernel']}]")
 
 
 # ---- dense y: IEEE matmul ---------------------------------------------------------------------
