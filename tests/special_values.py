@@ -1,5 +1,6 @@
 """Shared by test_special_values.py and test_differential.py: special values per dtype, the CPU
 kernel families this machine has, bit comparison, and the twin comparison."""
+
 from __future__ import annotations
 
 import contextlib
@@ -17,11 +18,22 @@ def special_values(dtype: torch.dtype) -> list[float]:
     each exactly representable in ``dtype``."""
     fi = torch.finfo(dtype)
     vals = [
-        float("nan"), float("inf"), -float("inf"), 0.0, -0.0,
-        fi.smallest_normal, -fi.smallest_normal, fi.smallest_normal / 4,  # a subnormal
-        fi.tiny * fi.eps, -(fi.tiny * fi.eps),  # the smallest subnormals
-        fi.max, -fi.max, fi.max / 2 * 1.5,  # near overflow: x*cos or the sum can overflow
-        1.0, -1.5, 0.5,
+        float("nan"),
+        float("inf"),
+        -float("inf"),
+        0.0,
+        -0.0,
+        fi.smallest_normal,
+        -fi.smallest_normal,
+        fi.smallest_normal / 4,  # a subnormal
+        fi.tiny * fi.eps,
+        -(fi.tiny * fi.eps),  # the smallest subnormals
+        fi.max,
+        -fi.max,
+        fi.max / 2 * 1.5,  # near overflow: x*cos or the sum can overflow
+        1.0,
+        -1.5,
+        0.5,
     ]
     # round through dtype so that every value is exactly representable
     return torch.tensor(vals, dtype=torch.float64).to(dtype).double().tolist()
@@ -50,7 +62,9 @@ def assert_bit_exact(out: torch.Tensor, ref: torch.Tensor, what: str = "") -> No
 def _isa_of(cap: str | None) -> str:
     with cpu_isa(cap):
         x = torch.zeros(1, 32, dtype=torch.bfloat16)
-        return ops._cpu_kernel_choice(x, get_half_matrix(32), torch.zeros(32), torch.zeros(32)).split("/")[0]
+        return ops._cpu_kernel_choice(
+            x, get_half_matrix(32), torch.zeros(32), torch.zeros(32)
+        ).split("/")[0]
 
 
 @contextlib.contextmanager

@@ -11,13 +11,28 @@ Where the contract promises bits (a signed permutation, partial ones included) e
 compared bit for bit with the reference (a NaN in the same place); for a dense y, NaN and Inf must
 be where IEEE arithmetic puts them and finite values within a per-dtype tolerance.
 """
+
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 from npu_ops_transformer_ext.matrices import compose_matrix
-from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference, signed_permutation_columns
-from special_values import ISAS, assert_bit_exact, bits, cpu_isa, special_values, twin, twin_cube_exact
+from npu_ops_transformer_ext.reference import (
+    mode_matrix,
+    rope_matrix_reference,
+    signed_permutation_columns,
+)
+from special_values import (
+    ISAS,
+    assert_bit_exact,
+    bits,
+    cpu_isa,
+    special_values,
+    twin,
+    twin_cube_exact,
+)
 
 ops = torch.ops.npu_ops_transformer_ext
 BASE_SEED = 20260
@@ -44,8 +59,10 @@ class Case:
         self.sin = self.make_table("sin", shared or self.table_shape())
         self.cos = self.make_table("cos", shared or self.table_shape())
         self.desc += [
-            f"x={self.x_dtype} {list(self.x.shape)} strides={self.x.stride()} "
-            f"offset={self.x.storage_offset()}",
+            (
+                f"x={self.x_dtype} {list(self.x.shape)} strides={self.x.stride()} "
+                f"offset={self.x.storage_offset()}"
+            ),
             f"y={self.kind} {self.y.dtype}",
             f"sin={self.sin.dtype} {list(self.sin.shape)} strides={self.sin.stride()}",
             f"cos={self.cos.dtype} {list(self.cos.shape)} strides={self.cos.stride()}",
@@ -69,7 +86,7 @@ class Case:
         if self.special:
             vals = special_values(dtype)
             if not self.perm:
-                vals = [v for v in vals if v != v or abs(v) == float("inf") or abs(v) < 1e4]
+                vals = [v for v in vals if not math.isfinite(v) or abs(v) < 1e4]
             vals = torch.tensor(vals, dtype=torch.float64)
             hit = torch.rand(shape, generator=self.g, dtype=torch.float64) < frac
             t = torch.where(hit, vals[torch.randint(0, len(vals), shape, generator=self.g)], t)
@@ -127,7 +144,9 @@ class Case:
         layout = []
         steps = [self.pick((1, 1, 2)) for _ in range(r)]
         offs = [self.pick((0, 0, 1)) for _ in range(r)]
-        order = torch.randperm(r, generator=self.g).tolist() if self.rand() < 0.4 else list(range(r))
+        order = (
+            torch.randperm(r, generator=self.g).tolist() if self.rand() < 0.4 else list(range(r))
+        )
         big_shape = [o + max(n, 1) * s for n, s, o in zip(shape, steps, offs)]
         base = self.values([big_shape[i] for i in order], self.x_dtype, frac=0.2)
         big = base.permute([order.index(i) for i in range(r)])
@@ -225,7 +244,12 @@ def test_differential(index):
                 k = x.flip(0)  # a second tensor the tables broadcast to
                 qo, ko = ops.rope_matrix_qk(x, k, y, sin, cos)
                 _check(qo, ref, c.perm, f"cpu[{isa}] rope_matrix_qk q; {c}")
-                _check(ko, rope_matrix_reference(k, y, sin, cos), c.perm, f"cpu[{isa}] rope_matrix_qk k; {c}")
+                _check(
+                    ko,
+                    rope_matrix_reference(k, y, sin, cos),
+                    c.perm,
+                    f"cpu[{isa}] rope_matrix_qk k; {c}",
+                )
             if index % 3 == 1:
                 xi = x.clone()  # in place on a copy that owns its memory
                 try:
