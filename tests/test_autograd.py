@@ -427,9 +427,14 @@ def test_second_derivatives_low_precision(dtype):
     x = torch.randn(2, 5, 16, generator=gen).to(dtype)
     g = torch.randn(2, 5, 16, generator=gen).to(dtype)
     w = [torch.randn(t.shape, generator=gen).to(t.dtype) for t in (x, y, sin, cos)]
-    ours = _second_order(ext.rope_matrix, [t.clone().requires_grad_() for t in (x, y, sin, cos)], g, w)
+    ours = _second_order(
+        ext.rope_matrix, [t.clone().requires_grad_() for t in (x, y, sin, cos)], g, w
+    )
     refs = _second_order(
-        _ref, [t.double().requires_grad_() for t in (x, y, sin, cos)], g.double(), [t.double() for t in w]
+        _ref,
+        [t.double().requires_grad_() for t in (x, y, sin, cos)],
+        g.double(),
+        [t.double() for t in w],
     )
     tol = {torch.bfloat16: 5e-2, torch.float16: 5e-3, torch.float32: 1e-4}[dtype]
     for name, a, b, t in zip(["x", "y", "sin", "cos"], ours, refs, (x, y, sin, cos)):
@@ -441,5 +446,11 @@ def test_second_derivatives_low_precision(dtype):
     )
     torch.library.opcheck(
         OPS.rope_matrix_qk_backward,
-        (g.clone().requires_grad_(), g[:1].clone().requires_grad_(), y, sin, cos.clone().requires_grad_()),
+        (
+            g.clone().requires_grad_(),
+            g[:1].clone().requires_grad_(),
+            y,
+            sin,
+            cos.clone().requires_grad_(),
+        ),
     )

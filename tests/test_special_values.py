@@ -6,13 +6,16 @@ NPU kernel) give the same bits (a NaN in the same place; its sign and payload ar
 dense y the product is an IEEE matmul: NaN and Inf spread along the row as IEEE arithmetic says,
 finite values agree within the dtype's rounding.
 """
+
 from __future__ import annotations
 
+import functools
 import itertools
+import math
 
 import pytest
 import torch
-from npu_ops_transformer_ext.matrices import compose_matrix, get_half_matrix, get_interleave_matrix
+from npu_ops_transformer_ext.matrices import get_half_matrix, get_interleave_matrix
 from npu_ops_transformer_ext.reference import (
     mode_matrix,
     rope_matrix_reference,
@@ -26,11 +29,17 @@ from special_values import (
     cpu_isa,
     cpu_results,
     special_values,
+    twin,
     twin_supports,
 )
 
 ops = torch.ops.npu_ops_transformer_ext
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp32": torch.float32,
+    "fp64": torch.float64,
+}
 
 
 def _partial(d, r, mode="half"):
@@ -116,7 +125,9 @@ def test_reference_negative_zero_stays():
     x = torch.zeros(2, 16, dtype=torch.bfloat16)
     out = rope_matrix_reference(x, y, torch.ones(16), -torch.ones(16))
     # out[j] = 0 * -1 + (x @ y)[j] * 1 = -0 + (-0 or +0): -0 where the move negates (j < 8)
-    assert_bit_exact(out, torch.tensor([-0.0] * 8 + [0.0] * 8).expand(2, 16).bfloat16(), "reference")
+    assert_bit_exact(
+        out, torch.tensor([-0.0] * 8 + [0.0] * 8).expand(2, 16).bfloat16(), "reference"
+    )
 
 
 @pytest.mark.parametrize("name", list(MATRICES))
@@ -236,16 +247,28 @@ def test_sprinkled_special_values_bit_exact(name, dt, tdt):
     twin_cases = []
     for lay, (xs, ts) in LAYOUTS.items():
         s = 7
-        x = _sprinkle(torch.randn(xs(s, d), generator=g, dtype=torch.float64), special_values(dtype), 0.3, g)
-        sin = _sprinkle(torch.randn(ts(s, d), generator=g, dtype=torch.float64), special_values(table_dtype), 0.2, g)
-        cos = _sprinkle(torch.randn(ts(s, d), generator=g, dtype=torch.float64), special_values(table_dtype), 0.2, g)
+        x = _sprinkle(
+            torch.randn(xs(s, d), generator=g, dtype=torch.float64), special_values(dtype), 0.3, g
+        )
+        sin = _sprinkle(
+            torch.randn(ts(s, d), generator=g, dtype=torch.float64),
+            special_values(table_dtype),
+            0.2,
+            g,
+        )
+        cos = _sprinkle(
+            torch.randn(ts(s, d), generator=g, dtype=torch.float64),
+            special_values(table_dtype),
+            0.2,
+            g,
+        )
         x, sin, cos = x.to(dtype), sin.to(table_dtype), cos.to(table_dtype)
         what = f"{name} {dt} tab_{tdt} {lay}"
         ref = _check_cpu(x, y, sin, cos, what)
         # the fused q/k op and the in-place op share the contract
         k = x.flip(0)  # another tensor of x's shape: the tables broadcast to it too
         ref_k = rope_matrix_reference(k, y, sin, cos)
-        for isa, (qo, ko) in cpu_results(lambda: ops.rope_matrix_qk(x, k, y, sin, cos)):
+        for isa, (qo, ko) in cpu_results(functools.partial(ops.rope_matrix_qk, x, k, y, sin, cos)):
             assert_bit_exact(qo, ref, f"{what} qk.q cpu[{isa}]")
             assert_bit_exact(ko, ref_k, f"{what} qk.k cpu[{isa}]")
         for cap, isa in ISAS:
@@ -257,6 +280,32 @@ def test_sprinkled_special_values_bit_exact(name, dt, tdt):
             twin_cases.append((x, y, sin, cos, ref, what))
     for case in twin_cases:  # last: an expected twin failure ends the test
         compare_twin(*case[:5], case[5])
+
+
+@pytest.mark.skipif(
+    not twin_supports(torch.zeros(1, 16), None, None, None), reason="the twin is not built"
+)
+@pytest.mark.parametrize("dt", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize(
+    "name", ["half16", "interleave32", "3d-half44+44+40", "partial-half96of128"]
+)
+def test_twin_exact_where_the_cube_is(name, dt):
+    """Where the twin's cube-matmul path is already exact for a signed permutation (x finite and
+    non-zero: subnormals and near-overflow values included), strictly bit-equal; tables hold every
+    special value (NaN, +-Inf, +-0, ...), which only meet the vector unit."""
+    dtype = DTYPES[dt]
+    y = PAIR_MATRICES[name]().to(dtype)
+    d = y.shape[0]
+    g = torch.Generator().manual_seed(d)
+    for table_dtype in {dtype, torch.float32}:
+        finite = torch.tensor([v for v in special_values(dtype) if math.isfinite(v) and v != 0])
+        x = finite[torch.randint(0, len(finite), (2, 40, d), generator=g)].to(dtype)
+        tv = torch.tensor(special_values(table_dtype), dtype=torch.float64)
+        sin = tv[torch.randint(0, len(tv), (40, d), generator=g)].to(table_dtype)
+        cos = tv[torch.randint(0, len(tv), (1, 40, d), generator=g)].to(table_dtype)
+        ref = _check_cpu(x, y, sin, cos, f"{name} {dt} tables {table_dtype}")
+        out, report = twin.run(x, y, sin, cos)
+        assert_bit_exact(out, ref, f"{name} {dt} tables {table_dtype} twin[{report['kernel']}]")
 
 
 # ---- dense y: IEEE matmul ---------------------------------------------------------------------
@@ -274,16 +323,22 @@ def test_dense_non_finite_values_follow_ieee(dt):
     d = 64
     y = (torch.randn(d, d, generator=g) / 8).to(dtype)
     y[torch.rand(d, d, generator=g) < 0.2] = 0  # zeros: Inf * 0 = NaN
-    vals = [v for v in special_values(dtype) if abs(v) < 1e4 or v != v or abs(v) == float("inf")]
-    x = _sprinkle(torch.randn(2, 3, 9, d, generator=g, dtype=torch.float64), vals, 0.02, g).to(dtype)
+    vals = [v for v in special_values(dtype) if not math.isfinite(v) or abs(v) < 1e4]
+    x = _sprinkle(torch.randn(2, 3, 9, d, generator=g, dtype=torch.float64), vals, 0.02, g).to(
+        dtype
+    )
     sin = _sprinkle(torch.randn(9, d, generator=g, dtype=torch.float64), vals, 0.05, g).to(dtype)
     cos = _sprinkle(torch.randn(9, d, generator=g, dtype=torch.float64), vals, 0.05, g).to(dtype)
     ref = rope_matrix_reference(x, y, sin, cos)
     assert torch.isnan(ref).any() and torch.isinf(ref).any() and torch.isfinite(ref).any()
     for isa, out in cpu_results(lambda: ops.rope_matrix(x, y, sin, cos)):
         assert torch.equal(torch.isnan(out), torch.isnan(ref)), f"cpu[{isa}]: NaN elsewhere"
-        assert torch.equal(out.isinf() & (out > 0), ref.isinf() & (ref > 0)), f"cpu[{isa}]: +Inf elsewhere"
-        assert torch.equal(out.isinf() & (out < 0), ref.isinf() & (ref < 0)), f"cpu[{isa}]: -Inf elsewhere"
+        assert torch.equal(out.isinf() & (out > 0), ref.isinf() & (ref > 0)), (
+            f"cpu[{isa}]: +Inf elsewhere"
+        )
+        assert torch.equal(out.isinf() & (out < 0), ref.isinf() & (ref < 0)), (
+            f"cpu[{isa}]: -Inf elsewhere"
+        )
         fin = torch.isfinite(ref)
         torch.testing.assert_close(out[fin], ref[fin], rtol=TOL[dtype], atol=TOL[dtype])
 

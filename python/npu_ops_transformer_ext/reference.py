@@ -30,10 +30,10 @@ __all__ = [
     "MODES",
     "mode_matrix",
     "rope_matrix_reference",
-    "rotate_by_matrix",
     "rope_v1",
     "rope_v2",
     "rope_v3",
+    "rotate_by_matrix",
     "rotate_every_two",
     "rotate_half",
     "rotate_interleave_half",
@@ -80,13 +80,20 @@ def rotate_by_matrix(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
       NaN), the sign of an exactly-zero sum is not specified (``-0 + +0 = +0``) and the order of
       accumulation is not specified, so backends agree within the dtype's rounding, not bit for bit.
     """
-    cols = signed_permutation_columns(y)
+    return _rotate(x, y, signed_permutation_columns(y))
+
+
+def _rotate(x: torch.Tensor, y: torch.Tensor, cols) -> torch.Tensor:
     if cols is None:
         return x @ y.to(x.dtype)
     src, neg, live = cols
     moved = x.index_select(-1, src)
-    moved = torch.where(neg, -moved, moved)
-    return torch.where(live, moved, torch.zeros((), dtype=x.dtype, device=x.device))
+    if bool(neg.any()):
+        # times -1: an exact negation of every value (+-0, +-Inf and subnormals included)
+        moved.mul_(torch.where(neg, -1.0, 1.0).to(x.dtype))
+    if not bool(live.all()):
+        moved.masked_fill_(~live, 0.0)
+    return moved
 
 
 def rope_matrix_reference(x: torch.Tensor, y: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
@@ -100,7 +107,10 @@ def rope_matrix_reference(x: torch.Tensor, y: torch.Tensor, sin: torch.Tensor, c
     """
     c = _compute_dtype(x.dtype)
     xf = x.to(c)
-    xy = rotate_by_matrix(xf, y.to(c)).to(x.dtype).to(c)
+    cols = signed_permutation_columns(y)
+    xy = _rotate(xf, y.to(c), cols)
+    if cols is None:
+        xy = xy.to(x.dtype).to(c)  # (a moved element of x is already exact in x.dtype)
     return (xf * cos.to(c) + xy * sin.to(c)).to(x.dtype)
 
 
