@@ -271,7 +271,8 @@ def test_yarn_attention_factor_scales_tables_not_tail():
 def test_rotary_embedding_module_caches_and_survives_dtype_cast():
     rope = tables.RotaryEmbedding(64, mode="half", layout="BSND")
     a = rope.tables(10)
-    assert rope.tables(10) is a
+    b = rope.tables(10)
+    assert b.cos.data_ptr() == a.cos.data_ptr() and b.mat is a.mat  # a view of the cached table
     assert a.cos.shape == (10, 1, 64) and a.cos.dtype == torch.float32
     rope.to(torch.bfloat16)
     assert rope.tables(10).cos.dtype == torch.float32
@@ -284,9 +285,78 @@ def test_rotary_embedding_module_caches_and_survives_dtype_cast():
     pos = torch.tensor([[3, 4, 5, 6, 7, 8, 9, 10, 11, 12]] * 2)
     qp, kp = rope(q, k, positions=pos)
     assert torch.equal(qp, qo) and torch.equal(kp, ko)
-    for i in range(12):
-        rope.tables(20 + i)
-    assert len(rope._cache) == rope.max_cached
+    assert len(rope._cache) == 1  # one table per (device, dtype), sliced
+
+
+def _count_builds(monkeypatch, rope):
+    n = []
+    real = rope._build
+
+    def counting(*a):
+        n.append(a[0] if isinstance(a[0], int) else tuple(a[0].shape))
+        return real(*a)
+
+    monkeypatch.setattr(rope, "_build", counting)
+    return n
+
+
+def test_rotary_embedding_decode_does_not_rebuild_every_step(monkeypatch):
+    """KV-cache decode (offset growing by one per step) slices cached tables: float64 tables are
+    rebuilt O(log n) times (geometric growth), not every step, and every step's tables equal
+    rope_1d's for that offset bit for bit."""
+    d = 32
+    rope = tables.RotaryEmbedding(d, layout="BSND")
+    builds = _count_builds(monkeypatch, rope)
+    q, k = torch.randn(2, 100, 4, d), torch.randn(2, 100, 2, d)
+    rope(q, k)  # prefill
+    q1, k1 = torch.randn(2, 1, 4, d), torch.randn(2, 1, 2, d)
+    for n in range(100, 1100):
+        qo, ko = rope(q1, k1, offset=n)
+        if n % 97 == 0:
+            t = tables.rope_1d(1, d, offset=n)
+            tab = tables.RopeTables(t.cos[:, None], t.sin[:, None], t.mat)
+            assert torch.equal(qo, _apply(q1, tab)) and torch.equal(ko, _apply(k1, tab))
+    assert len(builds) <= 6, builds  # 100 -> 200 -> 400 -> 800 -> 1600
+    assert builds[-1] == 1600
+    # per-token positions are rows of the same cached table
+    pos = torch.tensor([[5, 6, 7], [900, 901, 902]])
+    t = rope.tables(3)  # noqa: F841  (any call: still cached)
+    qp = torch.randn(2, 3, 4, d)
+    got, _ = rope(qp, qp, positions=pos)
+    t = tables.rope_1d(pos, d)
+    want = _apply(qp, tables.RopeTables(t.cos[:, :, None], t.sin[:, :, None], t.mat))
+    assert torch.equal(got, want)
+    assert len(builds) <= 6
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 64},
+        {
+            "rope_type": "longrope",
+            "original_max_position_embeddings": 64,
+            "short_factor": [1.0 + 0.01 * j for j in range(16)],
+            "long_factor": [1.0 + 0.1 * j for j in range(16)],
+            "factor": 4.0,
+        },
+    ],
+    ids=["dynamic", "longrope"],
+)
+def test_rotary_embedding_cache_follows_length_dependent_scaling(scaling, monkeypatch):
+    """Dynamic NTK and LongRoPE change the frequencies past L: cached tables never serve a
+    position from the other regime."""
+    d = 32
+    rope = tables.RotaryEmbedding(d, layout="BNSD", scaling=scaling)
+    builds = _count_builds(monkeypatch, rope)
+    x = torch.randn(1, 2, 1, d, dtype=F64)
+    for n in [0, 10, 40, 63, 64, 65, 100, 63, 200]:
+        got = rope(x, offset=n)
+        t = tables.rope_1d(1, d, offset=n, scaling=scaling, dtype=F64, mat_dtype=F64)
+        want = ext.rope_matrix(x, t.mat, t.sin.float().double(), t.cos.float().double())
+        assert torch.equal(got, want), n
+    if scaling["rope_type"] == "longrope":
+        assert builds == [1, 11, 41, 64, 65, 130, 260]  # short capped at L = 64, then long
 
 
 def test_rotary_embedding_layout_is_required():

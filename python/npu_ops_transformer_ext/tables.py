@@ -28,7 +28,6 @@ partial signed permutation).
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -568,7 +567,6 @@ class RotaryEmbedding(torch.nn.Module):
         scaling: Mapping | None = None,
         freqs_dtype: torch.dtype = torch.float64,
         table_dtype: torch.dtype = torch.float32,
-        max_cached: int = 8,
     ):
         super().__init__()
         _check_mode(mode)
@@ -579,8 +577,9 @@ class RotaryEmbedding(torch.nn.Module):
             )
         self.head_dim, self.rotary_dim, self.theta, self.mode = head_dim, rotary_dim, theta, mode
         self.scaling, self.layout = scaling, layout
-        self.freqs_dtype, self.table_dtype, self.max_cached = freqs_dtype, table_dtype, max_cached
-        self._cache: OrderedDict[tuple, RopeTables] = OrderedDict()
+        self.freqs_dtype, self.table_dtype = freqs_dtype, table_dtype
+        # (device, dtype, regime) -> tables [L, D] for positions 0 .. L-1, grown geometrically
+        self._cache: dict[tuple, RopeTables] = {}
 
     @classmethod
     def from_hf_config(cls, config, *, layout: str, **kwargs) -> RotaryEmbedding:
@@ -619,21 +618,73 @@ class RotaryEmbedding(torch.nn.Module):
             device=device,
         )
 
+    def _regime(self, end: int):
+        """``(name, capacity limit)`` of the positions ``0 .. end - 1``: tables built for any
+        length up to the limit agree on every position, so they can be cached and sliced; None
+        when they cannot (dynamic NTK past L: the frequencies depend on the sequence length)."""
+        kind = _kind(self.scaling)
+        if kind not in ("dynamic", "longrope"):
+            return ("all", None)
+        L = _get(self.scaling, "original_max_position_embeddings")
+        if L is None:
+            return None  # rope_inv_freq raises the error that says what is missing
+        if end <= L:
+            return ("short", int(L))
+        return ("long", None) if kind == "longrope" else None
+
+    def _full(self, end: int, device: torch.device):
+        """Cached tables ``[L, D]`` with ``L >= end`` (None if they cannot be cached)."""
+        reg = self._regime(end)
+        if reg is None:
+            return None
+        key = (device, self.table_dtype, reg[0])
+        full = self._cache.get(key)
+        have = 0 if full is None else full.cos.shape[0]
+        if have < end:
+            n = max(end, 2 * have)
+            if reg[1] is not None:
+                n = min(n, reg[1])
+            full = self._cache[key] = self._build(n, 0, device)
+        return full
+
     def tables(self, seq_len: int, *, offset: int = 0, device=None) -> RopeTables:
-        """Cached ``RopeTables`` for positions ``offset .. offset + seq_len - 1``, viewed for the
-        layout (e.g. ``[S, 1, D]`` for BSND)."""
+        """``RopeTables`` for positions ``offset .. offset + seq_len - 1``, viewed for the layout
+        (e.g. ``[S, 1, D]`` for BSND).
+
+        Slices of one cached table per (device, dtype) holding positions ``0 .. L - 1``: when a
+        call needs a position past L, the table is rebuilt for ``max(needed, 2 L)`` positions, so
+        a decode loop (``offset`` growing by one per step) rebuilds O(log n) times and otherwise
+        only slices. Dynamic NTK past ``original_max_position_embeddings`` (frequencies that
+        depend on the sequence length) and non-integer or negative offsets build per call.
+        """
         device = torch.device("cpu") if device is None else torch.device(device)
-        key = (int(seq_len), int(offset), device, self.table_dtype)
-        hit = self._cache.get(key)
-        if hit is None:
-            t = self._build(int(seq_len), int(offset), device)
-            hit = RopeTables(for_layout(t.cos, self.layout), for_layout(t.sin, self.layout), t.mat)
-            self._cache[key] = hit
-            while len(self._cache) > self.max_cached:
-                self._cache.popitem(last=False)
+        seq_len = int(seq_len)
+        whole = isinstance(offset, int) or float(offset).is_integer()
+        full = self._full(int(offset) + seq_len, device) if whole and offset >= 0 else None
+        if full is None:
+            t = self._build(seq_len, offset, device)
+            cos, sin, mat = t.cos, t.sin, t.mat
         else:
-            self._cache.move_to_end(key)
-        return hit
+            o = int(offset)
+            cos, sin, mat = full.cos[o : o + seq_len], full.sin[o : o + seq_len], full.mat
+        return RopeTables(for_layout(cos, self.layout), for_layout(sin, self.layout), mat)
+
+    def _positions_tables(self, positions: Tensor, offset, device: torch.device) -> RopeTables:
+        """Tables for per-token positions: rows of the cached table when the positions are
+        non-negative integers (one host read of their maximum), else built."""
+        full = None
+        if not positions.is_floating_point() and positions.numel() and isinstance(offset, int):
+            pos = positions + offset if offset else positions
+            lo, hi = int(pos.min().item()), int(pos.max().item())
+            if lo >= 0:
+                full = self._full(hi + 1, device)
+        if full is None:
+            t = self._build(positions, offset, device)
+            cos, sin, mat = t.cos, t.sin, t.mat
+        else:
+            idx = pos.to(device=full.cos.device, dtype=torch.long)
+            cos, sin, mat = full.cos[idx], full.sin[idx], full.mat
+        return RopeTables(for_layout(cos, self.layout), for_layout(sin, self.layout), mat)
 
     def forward(
         self,
@@ -647,8 +698,7 @@ class RotaryEmbedding(torch.nn.Module):
 
         s = self._seq_len_of(q, k, positions)
         if positions is not None:
-            t = self._build(positions, offset, q.device)
-            tab = RopeTables(for_layout(t.cos, self.layout), for_layout(t.sin, self.layout), t.mat)
+            tab = self._positions_tables(positions, offset, q.device)
         else:
             tab = self.tables(s, offset=offset, device=q.device)
         if k is None:
