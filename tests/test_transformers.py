@@ -150,6 +150,66 @@ def test_patched_model_logits(family, dtype, calls):
         torch.testing.assert_close(got, want, rtol=0, atol=_ulp_at(want, dtype))
 
 
+OTHER_FAMILIES = {
+    "mixtral": (
+        "MixtralConfig",
+        {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16},
+    ),
+    "gemma2": ("Gemma2Config", {"head_dim": 16}),
+    "phi": ("PhiConfig", {"partial_rotary_factor": 0.5}),  # partial rotary: q[..., :r] passed in
+    "stablelm": ("StableLmConfig", {"partial_rotary_factor": 0.25}),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "head_dim": 16},
+    ),
+}
+
+
+@pytest.mark.parametrize("family", list(OTHER_FAMILIES))
+def test_other_standard_families(family, calls):
+    """Families beyond the four named ones whose modeling file has the standard function: found
+    from the model, float32 logits bit for bit."""
+    cls, kw = OTHER_FAMILIES[family]
+    config = getattr(T, cls)(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        eos_token_id=2,
+        **kw,
+    )
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(config).eval()
+    ids = _ids(s=9)
+    with torch.no_grad():
+        want = model(ids).logits
+        assert nt.patch_transformers(model) == [_modeling(family).__name__]
+        got = model(ids).logits
+    assert calls and torch.equal(got, want)
+
+
+def test_patched_model_compiles_fullgraph(calls):
+    """Patched, then compiled with fullgraph=True: the graph holds the op and matches eager;
+    unpatching makes dynamo recompile with HF's own function."""
+    model = _tiny("llama")
+    ids = _ids()
+    with torch.no_grad():
+        want = model(ids).logits
+        nt.patch_transformers(model)
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+        got = compiled(ids).logits
+        assert calls, "the compiled graph does not go through rope_matrix_qk"
+        n = len(calls)
+        nt.unpatch_transformers(model)
+        back = compiled(ids).logits
+    assert len(calls) == n
+    assert torch.equal(got, want) and torch.equal(back, want)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_greedy_generation_identical(dtype):
     """KV-cache decode (one new token per step, offsets from the cache) gives the same tokens."""
