@@ -24,6 +24,7 @@ import ast
 import contextlib
 import importlib
 import inspect
+import textwrap
 import threading
 import types
 import weakref
@@ -128,7 +129,7 @@ _LOCK = threading.RLock()
 #: "process" token that asked for the patch.
 _STATE: dict[str, dict] = {}
 _PROCESS = "process"
-_STANDARD: dict[str, bool] = {}
+_STANDARD: dict[tuple, bool] = {}
 
 
 def _function_ast(fn) -> str | None:
@@ -137,7 +138,7 @@ def _function_ast(fn) -> str | None:
         src = inspect.getsource(inspect.unwrap(fn))
     except (OSError, TypeError):
         return None
-    node = ast.parse(inspect.cleandoc("\n" + src) if src[:1].isspace() else src).body[0]
+    node = ast.parse(textwrap.dedent(src)).body[0]
     if not isinstance(node, ast.FunctionDef):
         return None
     body = node.body
@@ -149,7 +150,7 @@ def _function_ast(fn) -> str | None:
 def _is_standard(mod: types.ModuleType, fn) -> bool:
     """Whether ``fn`` (the module's ``apply_rotary_pos_emb``) and its ``rotate_half`` are LLaMA's,
     compared as syntax trees with the installed ``modeling_llama``."""
-    key = mod.__name__
+    key = (mod.__name__, fn)
     if key not in _STANDARD:
         ref = importlib.import_module("transformers.models.llama.modeling_llama")
         ref_fn = _STATE.get(ref.__name__, {}).get("orig", ref.apply_rotary_pos_emb)
