@@ -192,6 +192,79 @@ def test_other_standard_families(family, calls):
     assert calls and torch.equal(got, want)
 
 
+def test_partial_and_keep_dtype_forms_match_hf():
+    """GPT-NeoX's partial form (the first cos.shape[-1] dims rotate) and OLMo's form (cast back to
+    q.dtype) against HF's own functions: float32 bit for bit, and OLMo's bf16 q with float32
+    tables bit for bit (HF computes that in float32 and rounds once, as the op does)."""
+    neox, olmo = _modeling("gpt_neox"), _modeling("olmo")
+    q, k = torch.randn(2, 4, 9, 16), torch.randn(2, 2, 9, 16)
+    ang = torch.arange(9.0)[:, None] * torch.rand(4)
+    cos = torch.cat([ang, ang], -1).cos().expand(2, 9, 8)
+    sin = torch.cat([ang, ang], -1).sin().expand(2, 9, 8)
+    for g, w in zip(
+        nt.apply_rotary_pos_emb_partial(q, k, cos, sin), neox.apply_rotary_pos_emb(q, k, cos, sin)
+    ):
+        assert g.dtype == w.dtype and torch.equal(g, w)
+    full_cos = torch.cat([cos, cos], -1)
+    full_sin = torch.cat([sin, sin], -1)
+    for dtype in (torch.float32, torch.bfloat16):
+        qd, kd = q.to(dtype), k.to(dtype)
+        got = nt.apply_rotary_pos_emb_keep_dtype(qd, kd, full_cos, full_sin)
+        want = olmo.apply_rotary_pos_emb(qd, kd, full_cos, full_sin)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype == dtype and torch.equal(g, w)
+
+
+FORM_FAMILIES = {
+    "gpt_neox": (
+        "GPTNeoXConfig",
+        {
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.25,
+            }
+        },
+    ),
+    "olmo": ("OlmoConfig", {}),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("family", list(FORM_FAMILIES))
+def test_partial_and_keep_dtype_families(family, dtype, calls):
+    cls, kw = FORM_FAMILIES[family]
+    config = getattr(T, cls)(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        **kw,
+    )
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(config).to(dtype).eval()
+    mod = _modeling(family)
+    ids = _ids()
+    with torch.no_grad():
+        want = model(ids).logits
+        nt.patch_transformers(model)
+        assert mod.apply_rotary_pos_emb in (
+            nt.apply_rotary_pos_emb_partial,
+            nt.apply_rotary_pos_emb_keep_dtype,
+        )
+        got = model(ids).logits
+    assert len(calls) == 2
+    if dtype == torch.float32:
+        assert torch.equal(got, want)
+    else:
+        torch.testing.assert_close(got, want, rtol=0, atol=_ulp_at(want, dtype))
+
+
 def test_patched_model_compiles_fullgraph(calls):
     """Patched, then compiled with fullgraph=True: the graph holds the op and matches eager;
     unpatching makes dynamo recompile with HF's own function."""
@@ -294,7 +367,7 @@ def test_patch_released_when_model_is_collected():
 
 def test_patch_refuses_non_standard_and_non_models():
     # GPT-J rotates interleaved pairs in its own function: not the standard one
-    with pytest.raises(ValueError, match="not use the standard"):
+    with pytest.raises(ValueError, match="none of the forms"):
         nt.patch_transformers("gptj")
     assert nt.patched_modules() == []
     with pytest.raises(TypeError, match="not a transformers model"):
