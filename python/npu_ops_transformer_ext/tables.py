@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from .matrices import compose_matrix, get_half_matrix, get_interleave_matrix
+from .ops import rope_matrix, rope_matrix_qk
 
 __all__ = [
     "FLUX_SPLIT",
@@ -633,19 +634,22 @@ class RotaryEmbedding(torch.nn.Module):
         return ("long", None) if kind == "longrope" else None
 
     def _full(self, end: int, device: torch.device):
-        """Cached tables ``[L, D]`` with ``L >= end`` (None if they cannot be cached)."""
+        """``(tables [L, D], cos, sin viewed for the layout)`` cached with ``L >= end``, or None
+        when they cannot be cached."""
         reg = self._regime(end)
         if reg is None:
             return None
         key = (device, self.table_dtype, reg[0])
-        full = self._cache.get(key)
-        have = 0 if full is None else full.cos.shape[0]
+        hit = self._cache.get(key)
+        have = 0 if hit is None else hit[0].cos.shape[0]
         if have < end:
             n = max(end, 2 * have)
             if reg[1] is not None:
                 n = min(n, reg[1])
-            full = self._cache[key] = self._build(n, 0, device)
-        return full
+            t = self._build(n, 0, device)
+            hit = (t, for_layout(t.cos, self.layout), for_layout(t.sin, self.layout))
+            self._cache[key] = hit
+        return hit
 
     def tables(self, seq_len: int, *, offset: int = 0, device=None) -> RopeTables:
         """``RopeTables`` for positions ``offset .. offset + seq_len - 1``, viewed for the layout
@@ -657,17 +661,16 @@ class RotaryEmbedding(torch.nn.Module):
         only slices. Dynamic NTK past ``original_max_position_embeddings`` (frequencies that
         depend on the sequence length) and non-integer or negative offsets build per call.
         """
-        device = torch.device("cpu") if device is None else torch.device(device)
+        if not isinstance(device, torch.device):
+            device = torch.device("cpu") if device is None else torch.device(device)
         seq_len = int(seq_len)
         whole = isinstance(offset, int) or float(offset).is_integer()
-        full = self._full(int(offset) + seq_len, device) if whole and offset >= 0 else None
-        if full is None:
+        hit = self._full(int(offset) + seq_len, device) if whole and offset >= 0 else None
+        if hit is None:
             t = self._build(seq_len, offset, device)
-            cos, sin, mat = t.cos, t.sin, t.mat
-        else:
-            o = int(offset)
-            cos, sin, mat = full.cos[o : o + seq_len], full.sin[o : o + seq_len], full.mat
-        return RopeTables(for_layout(cos, self.layout), for_layout(sin, self.layout), mat)
+            return RopeTables(for_layout(t.cos, self.layout), for_layout(t.sin, self.layout), t.mat)
+        o = int(offset)
+        return RopeTables(hit[1][o : o + seq_len], hit[2][o : o + seq_len], hit[0].mat)
 
     def _positions_tables(self, positions: Tensor, offset, device: torch.device) -> RopeTables:
         """Tables for per-token positions: rows of the cached table when the positions are
@@ -677,7 +680,8 @@ class RotaryEmbedding(torch.nn.Module):
             pos = positions + offset if offset else positions
             lo, hi = int(pos.min().item()), int(pos.max().item())
             if lo >= 0:
-                full = self._full(hi + 1, device)
+                hit = self._full(hi + 1, device)
+                full = None if hit is None else hit[0]
         if full is None:
             t = self._build(positions, offset, device)
             cos, sin, mat = t.cos, t.sin, t.mat
@@ -694,8 +698,6 @@ class RotaryEmbedding(torch.nn.Module):
         offset: int = 0,
         positions: Tensor | None = None,
     ):
-        from .ops import rope_matrix, rope_matrix_qk
-
         s = self._seq_len_of(q, k, positions)
         if positions is not None:
             tab = self._positions_tables(positions, offset, q.device)
