@@ -104,6 +104,8 @@ def test_apply_rotary_pos_emb_matches_hf(dtype):
     assert torch.equal(got2[0], got[0].transpose(1, 2)) and torch.equal(
         got2[1], got[1].transpose(1, 2)
     )
+    got4 = nt.apply_rotary_pos_emb(qs, ks, cos, sin, 2)  # transformers 5's positional form
+    assert torch.equal(got4[0], got2[0]) and torch.equal(got4[1], got2[1])
     # the oldest HF form: 2-D tables [max_len, D] indexed with position_ids
     full_cos, full_sin = model.model.rotary_emb(q, torch.arange(64)[None])
     got3 = nt.apply_rotary_pos_emb(q, k, full_cos[0], full_sin[0], position_ids=pos)

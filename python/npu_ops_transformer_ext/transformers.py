@@ -81,7 +81,8 @@ def apply_rotary_pos_emb(
     unsqueezed at ``unsqueeze_dim`` and must then broadcast to q and k.
 
     ``position_ids`` is accepted for the older HF signature: it is ignored, as HF ignores it, except
-    for 2-D tables ``[max_len, D]`` (the oldest form), which are indexed with it first.
+    for 2-D tables ``[max_len, D]`` (the oldest form), which are indexed with it first. An int in
+    its place is transformers 5's positional ``unsqueeze_dim``.
 
     Results equal HF's ``q * cos + rotate_half(q) * sin``: the output dtype is HF's
     (``q.dtype`` promoted with ``cos.dtype`` and ``sin.dtype``). In float32 the values are equal
@@ -141,6 +142,9 @@ def apply_rotary_pos_emb_keep_dtype(
 
 
 def _unsqueezed(cos: Tensor, sin: Tensor, position_ids, unsqueeze_dim: int):
+    if isinstance(position_ids, int):
+        # transformers 5's signature passed positionally: (q, k, cos, sin, unsqueeze_dim)
+        unsqueeze_dim, position_ids = position_ids, None
     if position_ids is not None and cos.dim() == 2:
         cos, sin = cos[position_ids], sin[position_ids]
     return cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
