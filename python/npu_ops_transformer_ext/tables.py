@@ -579,8 +579,9 @@ class RotaryEmbedding(torch.nn.Module):
         self.head_dim, self.rotary_dim, self.theta, self.mode = head_dim, rotary_dim, theta, mode
         self.scaling, self.layout = scaling, layout
         self.freqs_dtype, self.table_dtype = freqs_dtype, table_dtype
-        # (device, dtype, regime) -> tables [L, D] for positions 0 .. L-1, grown geometrically
-        self._cache: dict[tuple, RopeTables] = {}
+        # (device, dtype, regime) -> (tables [L, D] for positions 0 .. L-1, cos and sin viewed for
+        # the layout); L grows geometrically (see tables())
+        self._cache: dict[tuple, tuple] = {}
 
     @classmethod
     def from_hf_config(cls, config, *, layout: str, **kwargs) -> RotaryEmbedding:
