@@ -104,6 +104,8 @@ def test_apply_rotary_pos_emb_matches_hf(dtype):
     assert torch.equal(got2[0], got[0].transpose(1, 2)) and torch.equal(
         got2[1], got[1].transpose(1, 2)
     )
+    got4 = nt.apply_rotary_pos_emb(qs, ks, cos, sin, 2)  # transformers 5's positional form
+    assert torch.equal(got4[0], got2[0]) and torch.equal(got4[1], got2[1])
     # the oldest HF form: 2-D tables [max_len, D] indexed with position_ids
     full_cos, full_sin = model.model.rotary_emb(q, torch.arange(64)[None])
     got3 = nt.apply_rotary_pos_emb(q, k, full_cos[0], full_sin[0], position_ids=pos)
@@ -148,6 +150,139 @@ def test_patched_model_logits(family, dtype, calls):
         assert torch.equal(got, want)
     else:
         torch.testing.assert_close(got, want, rtol=0, atol=_ulp_at(want, dtype))
+
+
+OTHER_FAMILIES = {
+    "mixtral": (
+        "MixtralConfig",
+        {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16},
+    ),
+    "gemma2": ("Gemma2Config", {"head_dim": 16}),
+    "phi": ("PhiConfig", {"partial_rotary_factor": 0.5}),  # partial rotary: q[..., :r] passed in
+    "stablelm": ("StableLmConfig", {"partial_rotary_factor": 0.25}),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "head_dim": 16},
+    ),
+}
+
+
+@pytest.mark.parametrize("family", list(OTHER_FAMILIES))
+def test_other_standard_families(family, calls):
+    """Families beyond the four named ones whose modeling file has the standard function: found
+    from the model, float32 logits bit for bit."""
+    cls, kw = OTHER_FAMILIES[family]
+    config = getattr(T, cls)(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        eos_token_id=2,
+        **kw,
+    )
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(config).eval()
+    ids = _ids(s=9)
+    with torch.no_grad():
+        want = model(ids).logits
+        assert nt.patch_transformers(model) == [_modeling(family).__name__]
+        got = model(ids).logits
+    assert calls and torch.equal(got, want)
+
+
+def test_partial_and_keep_dtype_forms_match_hf():
+    """GPT-NeoX's partial form (the first cos.shape[-1] dims rotate) and OLMo's form (cast back to
+    q.dtype) against HF's own functions: float32 bit for bit, and OLMo's bf16 q with float32
+    tables bit for bit (HF computes that in float32 and rounds once, as the op does)."""
+    neox, olmo = _modeling("gpt_neox"), _modeling("olmo")
+    q, k = torch.randn(2, 4, 9, 16), torch.randn(2, 2, 9, 16)
+    ang = torch.arange(9.0)[:, None] * torch.rand(4)
+    cos = torch.cat([ang, ang], -1).cos().expand(2, 9, 8)
+    sin = torch.cat([ang, ang], -1).sin().expand(2, 9, 8)
+    for g, w in zip(
+        nt.apply_rotary_pos_emb_partial(q, k, cos, sin), neox.apply_rotary_pos_emb(q, k, cos, sin)
+    ):
+        assert g.dtype == w.dtype and torch.equal(g, w)
+    full_cos = torch.cat([cos, cos], -1)
+    full_sin = torch.cat([sin, sin], -1)
+    for dtype in (torch.float32, torch.bfloat16):
+        qd, kd = q.to(dtype), k.to(dtype)
+        got = nt.apply_rotary_pos_emb_keep_dtype(qd, kd, full_cos, full_sin)
+        want = olmo.apply_rotary_pos_emb(qd, kd, full_cos, full_sin)
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype == dtype and torch.equal(g, w)
+
+
+FORM_FAMILIES = {
+    "gpt_neox": (
+        "GPTNeoXConfig",
+        {
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.25,
+            }
+        },
+    ),
+    "olmo": ("OlmoConfig", {}),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("family", list(FORM_FAMILIES))
+def test_partial_and_keep_dtype_families(family, dtype, calls):
+    cls, kw = FORM_FAMILIES[family]
+    config = getattr(T, cls)(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+        **kw,
+    )
+    torch.manual_seed(0)
+    model = T.AutoModelForCausalLM.from_config(config).to(dtype).eval()
+    mod = _modeling(family)
+    ids = _ids()
+    with torch.no_grad():
+        want = model(ids).logits
+        nt.patch_transformers(model)
+        assert mod.apply_rotary_pos_emb in (
+            nt.apply_rotary_pos_emb_partial,
+            nt.apply_rotary_pos_emb_keep_dtype,
+        )
+        got = model(ids).logits
+    assert len(calls) == 2
+    if dtype == torch.float32:
+        assert torch.equal(got, want)
+    else:
+        torch.testing.assert_close(got, want, rtol=0, atol=_ulp_at(want, dtype))
+
+
+def test_patched_model_compiles_fullgraph(calls):
+    """Patched, then compiled with fullgraph=True: the graph holds the op and matches eager;
+    unpatching makes dynamo recompile with HF's own function."""
+    model = _tiny("llama")
+    ids = _ids()
+    with torch.no_grad():
+        want = model(ids).logits
+        nt.patch_transformers(model)
+        compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+        got = compiled(ids).logits
+        assert calls, "the compiled graph does not go through rope_matrix_qk"
+        n = len(calls)
+        nt.unpatch_transformers(model)
+        back = compiled(ids).logits
+    assert len(calls) == n
+    assert torch.equal(got, want) and torch.equal(back, want)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -234,7 +369,7 @@ def test_patch_released_when_model_is_collected():
 
 def test_patch_refuses_non_standard_and_non_models():
     # GPT-J rotates interleaved pairs in its own function: not the standard one
-    with pytest.raises(ValueError, match="not use the standard"):
+    with pytest.raises(ValueError, match="none of the forms"):
         nt.patch_transformers("gptj")
     assert nt.patched_modules() == []
     with pytest.raises(TypeError, match="not a transformers model"):

@@ -6,8 +6,12 @@ modeling file that copies it): ``q * cos + rotate_half(q) * sin`` with HF's own 
 (the output of the model's rotary embedding module, half mode), computed by one
 ``rope_matrix_qk`` call.
 
-``patch_transformers(model_or_module=None, *, families=None)`` switches models to it, in the style
-of Liger-Kernel's ``apply_liger_kernel_to_llama``; ``unpatch_transformers`` switches back.
+``apply_rotary_pos_emb_partial`` (GPT-NeoX's form: the first ``cos.shape[-1]`` dims rotate) and
+``apply_rotary_pos_emb_keep_dtype`` (OLMo's form: the result cast back to q's dtype) cover the two
+other forms found in transformers' modeling files.
+
+``patch_transformers(model_or_module=None, *, families=None)`` switches models to them, in the
+style of Liger-Kernel's ``apply_liger_kernel_to_llama``; ``unpatch_transformers`` switches back.
 
 What is process-wide: HF's attention layers look ``apply_rotary_pos_emb`` up in their modeling
 module's globals at call time, so patching replaces that one module-level name in each patched
@@ -24,6 +28,7 @@ import ast
 import contextlib
 import importlib
 import inspect
+import textwrap
 import threading
 import types
 import weakref
@@ -38,6 +43,8 @@ from .ops import rope_matrix, rope_matrix_qk
 __all__ = [
     "DEFAULT_FAMILIES",
     "apply_rotary_pos_emb",
+    "apply_rotary_pos_emb_keep_dtype",
+    "apply_rotary_pos_emb_partial",
     "patch_transformers",
     "patched_modules",
     "rope_matrix_enabled",
@@ -58,10 +65,6 @@ def _half_matrix(d: int, dtype: torch.dtype, device: torch.device) -> Tensor:
     return m
 
 
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    return rope_matrix(x, _half_matrix(x.shape[-1], x.dtype, x.device), sin, cos)
-
-
 def apply_rotary_pos_emb(
     q: Tensor,
     k: Tensor,
@@ -78,7 +81,8 @@ def apply_rotary_pos_emb(
     unsqueezed at ``unsqueeze_dim`` and must then broadcast to q and k.
 
     ``position_ids`` is accepted for the older HF signature: it is ignored, as HF ignores it, except
-    for 2-D tables ``[max_len, D]`` (the oldest form), which are indexed with it first.
+    for 2-D tables ``[max_len, D]`` (the oldest form), which are indexed with it first. An int in
+    its place is transformers 5's positional ``unsqueeze_dim``.
 
     Results equal HF's ``q * cos + rotate_half(q) * sin``: the output dtype is HF's
     (``q.dtype`` promoted with ``cos.dtype`` and ``sin.dtype``). In float32 the values are equal
@@ -87,38 +91,92 @@ def apply_rotary_pos_emb(
     the sum to the half type: an element differs from HF's by at most HF's own rounding error
     (measured on tiny LLaMA/Mistral/Qwen models: logits within one bf16 ulp at the logits' scale).
     """
-    if position_ids is not None and cos.dim() == 2:
-        cos, sin = cos[position_ids], sin[position_ids]
-    cos = cos.unsqueeze(unsqueeze_dim)
-    sin = sin.unsqueeze(unsqueeze_dim)
+    cos, sin = _unsqueezed(cos, sin, position_ids, unsqueeze_dim)
+    tab = torch.promote_types(cos.dtype, sin.dtype)
+    return _rope_qk(
+        q.to(torch.promote_types(q.dtype, tab)), k.to(torch.promote_types(k.dtype, tab)), cos, sin
+    )
+
+
+def apply_rotary_pos_emb_partial(
+    q: Tensor,
+    k: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    position_ids: Tensor | None = None,
+    unsqueeze_dim: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """The partial-rotary form of HF's ``apply_rotary_pos_emb`` (GPT-NeoX, Qwen3.5, GLM-4 MoE, ...):
+    the first ``r = cos.shape[-1]`` dims of q and k rotate as in ``apply_rotary_pos_emb``, the
+    rest pass through unchanged (``cat([rotated, q[..., r:]], -1)``). Same arguments and numerics."""
+    cos, sin = _unsqueezed(cos, sin, position_ids, unsqueeze_dim)
+    r = cos.shape[-1]
     tab = torch.promote_types(cos.dtype, sin.dtype)
     qd, kd = torch.promote_types(q.dtype, tab), torch.promote_types(k.dtype, tab)
-    q, k = q.to(qd), k.to(kd)
-    if qd != kd:
-        return _apply_one(q, cos, sin), _apply_one(k, cos, sin)
-    cos, sin = _tables_for(cos, qd), _tables_for(sin, qd)
+    if r == q.shape[-1] and r == k.shape[-1]:
+        return _rope_qk(q.to(qd), k.to(kd), cos, sin)
+    qe, ke = _rope_qk(q[..., :r].to(qd), k[..., :r].to(kd), cos, sin)
+    return torch.cat([qe, q[..., r:]], dim=-1), torch.cat([ke, k[..., r:]], dim=-1)
+
+
+def apply_rotary_pos_emb_keep_dtype(
+    q: Tensor,
+    k: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    position_ids: Tensor | None = None,
+    unsqueeze_dim: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """The OLMo form of HF's ``apply_rotary_pos_emb``: HF's formula, returned in q's and k's own
+    dtypes (``q_embed.to(q.dtype)``). With float32 tables and bf16/fp16 q this is one op call on q
+    as it is (the op computes in float32 and rounds once), bit for bit what HF computes."""
+    cos, sin = _unsqueezed(cos, sin, position_ids, unsqueeze_dim)
+    tab = torch.promote_types(cos.dtype, sin.dtype)
+    small = (torch.bfloat16, torch.float16, torch.float32)
+    if tab in small and q.dtype in small and k.dtype in small:
+        return _rope_qk(q, k, cos, sin)
+    qe, ke = _rope_qk(
+        q.to(torch.promote_types(q.dtype, tab)), k.to(torch.promote_types(k.dtype, tab)), cos, sin
+    )
+    return qe.to(q.dtype), ke.to(k.dtype)
+
+
+def _unsqueezed(cos: Tensor, sin: Tensor, position_ids, unsqueeze_dim: int):
+    if isinstance(position_ids, int):
+        # transformers 5's signature passed positionally: (q, k, cos, sin, unsqueeze_dim)
+        unsqueeze_dim, position_ids = position_ids, None
+    if position_ids is not None and cos.dim() == 2:
+        cos, sin = cos[position_ids], sin[position_ids]
+    return cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+
+
+def _tables_for(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """A table the op accepts for x of ``dtype``, holding the same values: itself when float32 or
+    ``dtype``, else float32 for a half type, else ``dtype``."""
+    if t.dtype in (dtype, torch.float32):
+        return t
+    return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t.to(dtype)
+
+
+def _rope_qk(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """``(q * cos + rotate_half(q) * sin, same for k)`` computed by the op in q's and k's dtypes."""
+    if q.dtype != k.dtype:
+        return _rope_one(q, cos, sin), _rope_one(k, cos, sin)
+    cos, sin = _tables_for(cos, q.dtype), _tables_for(sin, q.dtype)
     if q.device.type != "cpu" and cos.dim() == q.dim() and cos.shape[0] > 1:
         # Per-sample tables [B, 1, S, D] (position_ids per batch row): the NPU kernel takes tables
         # that vary along one dim of x, so go sample by sample there.
         outs = [
-            _apply_qk(q[i : i + 1], k[i : i + 1], cos[i : i + 1], sin[i : i + 1])
+            _rope_qk(q[i : i + 1], k[i : i + 1], cos[i : i + 1], sin[i : i + 1])
             for i in range(q.shape[0])
         ]
         return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
-    return _apply_qk(q, k, cos, sin)
-
-
-def _tables_for(t: Tensor, dtype: torch.dtype) -> Tensor:
-    """A table the op accepts for x of ``dtype``: its own dtype if float32 or ``dtype`` (exact)."""
-    return t if t.dtype in (dtype, torch.float32) else t.to(dtype)
-
-
-def _apply_one(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    return _rotate(x, _tables_for(cos, x.dtype), _tables_for(sin, x.dtype))
-
-
-def _apply_qk(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
     return rope_matrix_qk(q, k, _half_matrix(q.shape[-1], q.dtype, q.device), sin, cos)
+
+
+def _rope_one(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    m = _half_matrix(x.shape[-1], x.dtype, x.device)
+    return rope_matrix(x, m, _tables_for(sin, x.dtype), _tables_for(cos, x.dtype))
 
 
 # ---- patching -----------------------------------------------------------------------------------
@@ -128,7 +186,7 @@ _LOCK = threading.RLock()
 #: "process" token that asked for the patch.
 _STATE: dict[str, dict] = {}
 _PROCESS = "process"
-_STANDARD: dict[str, bool] = {}
+_STANDARD: dict[tuple, object] = {}
 
 
 def _function_ast(fn) -> str | None:
@@ -137,7 +195,7 @@ def _function_ast(fn) -> str | None:
         src = inspect.getsource(inspect.unwrap(fn))
     except (OSError, TypeError):
         return None
-    node = ast.parse(inspect.cleandoc("\n" + src) if src[:1].isspace() else src).body[0]
+    node = ast.parse(textwrap.dedent(src)).body[0]
     if not isinstance(node, ast.FunctionDef):
         return None
     body = node.body
@@ -146,17 +204,40 @@ def _function_ast(fn) -> str | None:
     return ast.dump(node.args) + ast.dump(ast.Module(body=body, type_ignores=[]))
 
 
-def _is_standard(mod: types.ModuleType, fn) -> bool:
-    """Whether ``fn`` (the module's ``apply_rotary_pos_emb``) and its ``rotate_half`` are LLaMA's,
-    compared as syntax trees with the installed ``modeling_llama``."""
-    key = mod.__name__
+#: The forms of ``apply_rotary_pos_emb`` that can be switched, each given by a family whose
+#: modeling file defines it, with the drop-in that computes it.
+_FORMS = (
+    ("llama", "apply_rotary_pos_emb"),
+    ("gpt_neox", "apply_rotary_pos_emb_partial"),
+    ("olmo", "apply_rotary_pos_emb_keep_dtype"),
+)
+
+
+def _drop_in_for(mod: types.ModuleType, fn):
+    """The drop-in computing ``fn`` (the module's ``apply_rotary_pos_emb``), or None: ``fn`` and the
+    module's ``rotate_half`` must equal, as syntax trees, the installed LLaMA ``rotate_half`` and one
+    of the ``_FORMS`` reference functions."""
+    key = (mod.__name__, fn)
     if key not in _STANDARD:
-        ref = importlib.import_module("transformers.models.llama.modeling_llama")
-        ref_fn = _STATE.get(ref.__name__, {}).get("orig", ref.apply_rotary_pos_emb)
-        same = _function_ast(fn) is not None and _function_ast(fn) == _function_ast(ref_fn)
+        found = None
+        llama = importlib.import_module("transformers.models.llama.modeling_llama")
         rh = getattr(mod, "rotate_half", None)
-        same = same and rh is not None and _function_ast(rh) == _function_ast(ref.rotate_half)
-        _STANDARD[key] = same
+        tree = _function_ast(fn)
+        if (
+            tree is not None
+            and rh is not None
+            and _function_ast(rh) == _function_ast(llama.rotate_half)
+        ):
+            for family, name in _FORMS:
+                try:
+                    ref = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+                except ImportError:
+                    continue
+                ref_fn = _STATE.get(ref.__name__, {}).get("orig", ref.apply_rotary_pos_emb)
+                if tree == _function_ast(ref_fn):
+                    found = globals()[name]
+                    break
+        _STANDARD[key] = found
     return _STANDARD[key]
 
 
@@ -232,19 +313,24 @@ def patch_transformers(
       * None: the families in ``families`` (names), by default ``DEFAULT_FAMILIES`` (LLaMA,
         Mistral, Qwen2, Qwen3).
 
-    A family is patched only when its modeling file defines the standard ``apply_rotary_pos_emb``
-    and ``rotate_half`` (compared as syntax trees with LLaMA's); one that does not (partial rotary
-    inside the function, interleaved pairs, multimodal sections) raises ``ValueError`` and nothing
-    is patched. What changes is process-wide per family: see the module docstring. Patching twice
+    A family is patched only when its modeling file's ``rotate_half`` is LLaMA's and its
+    ``apply_rotary_pos_emb`` is one of three forms, compared as syntax trees with the installed
+    transformers: LLaMA's (``apply_rotary_pos_emb`` here), GPT-NeoX's partial rotary
+    (``apply_rotary_pos_emb_partial``) or OLMo's cast back to q's dtype
+    (``apply_rotary_pos_emb_keep_dtype``). Any other (interleaved pairs as in GPT-J and Cohere,
+    float32 upcasts, ...) raises ``ValueError`` and nothing is patched. What changes is process-wide per family: see the module docstring. Patching twice
     is harmless; a model's patch is released when the model is garbage collected.
     """
     mods = _resolve(model_or_module, families, "patch_transformers")
     with _LOCK:
-        bad = [m.__name__ for m in mods if not _is_standard(m, _current(m))]
+        drop_ins = {m.__name__: _drop_in_for(m, _current(m)) for m in mods}
+        bad = [n for n, f in drop_ins.items() if f is None]
         if bad:
             raise ValueError(
-                f"patch_transformers: {', '.join(bad)} do(es) not use the standard "
-                f"apply_rotary_pos_emb (q * cos + rotate_half(q) * sin); not patched"
+                f"patch_transformers: the apply_rotary_pos_emb of {', '.join(bad)} is none of the "
+                f"forms this module computes (q * cos + rotate_half(q) * sin as in LLaMA, over the "
+                f"first cos.shape[-1] dims as in GPT-NeoX, or cast back to q.dtype as in OLMo); "
+                f"nothing was patched"
             )
         if isinstance(model_or_module, torch.nn.Module):
             model = _unwrap_model(model_or_module)
@@ -261,7 +347,7 @@ def patch_transformers(
                     "orig": m.apply_rotary_pos_emb,
                     "holders": set(),
                 }
-                m.apply_rotary_pos_emb = apply_rotary_pos_emb
+                m.apply_rotary_pos_emb = drop_ins[m.__name__]
             st["holders"].add(holder)
         return [m.__name__ for m in mods]
 
