@@ -1,5 +1,9 @@
 """Autograd for ``rope_matrix`` and ``rope_matrix_qk``; the grad rule of ``rope_matrix_``.
 
+The autograd kernels of ``rope_matrix`` and ``rope_matrix_qk`` are C++ (``rope_matrix_autograd.cpp``,
+so that a call needing no gradient never enters Python); the formulas below are theirs, and this
+module holds the x-gradient helper ops they call and the second derivatives.
+
 Forward: ``out = x * cos + (x @ y) * sin`` (``y`` is ``[D, D]``, ``sin``/``cos`` broadcast to x).
 
 Gradients, with ``g = dL/dout`` and ``sum_b`` the sum over the dimensions a table is broadcast on:
@@ -250,59 +254,11 @@ torch.library.register_autograd(
 )
 
 
-# ---- rope_matrix --------------------------------------------------------------------------------
-
-
-def _setup_context(ctx, inputs, output):
-    x, y, sin, cos = inputs
-    keep_x = y.requires_grad or sin.requires_grad or cos.requires_grad
-    ctx.save_for_backward(x if keep_x else None, y, sin, cos)
-
-
-def _backward(ctx, grad):
-    x, y, sin, cos = ctx.saved_tensors
-    need_x, need_y, need_sin, need_cos = ctx.needs_input_grad
-    dx = rope_matrix_backward(grad, y, sin, cos) if need_x else None
-    dy = dsin = dcos = None
-    if need_y or need_sin or need_cos:
-        dy, dsin, dcos = _table_grads([(grad, x)], y, sin, cos, need_y, need_sin, need_cos)
-    return dx, dy, dsin, dcos
-
-
-torch.library.register_autograd(f"{_NS}::rope_matrix", _backward, setup_context=_setup_context)
-
-
-# ---- rope_matrix_qk -----------------------------------------------------------------------------
-
-
-def _setup_context_qk(ctx, inputs, output):
-    q, k, y, sin, cos = inputs
-    keep = y.requires_grad or sin.requires_grad or cos.requires_grad
-    ctx.save_for_backward(q if keep else None, k if keep else None, y, sin, cos)
-
-
-def _backward_qk(ctx, grad_q, grad_k):
-    q, k, y, sin, cos = ctx.saved_tensors
-    need_q, need_k, need_y, need_sin, need_cos = ctx.needs_input_grad
-    dq = dk = None
-    if need_q and need_k and grad_q is not None and grad_k is not None:
-        dq, dk = rope_matrix_qk_backward(grad_q, grad_k, y, sin, cos)
-    else:
-        if need_q and grad_q is not None:
-            dq = rope_matrix_backward(grad_q, y, sin, cos)
-        if need_k and grad_k is not None:
-            dk = rope_matrix_backward(grad_k, y, sin, cos)
-    dy = dsin = dcos = None
-    if need_y or need_sin or need_cos:
-        dy, dsin, dcos = _table_grads(
-            [(grad_q, q), (grad_k, k)], y, sin, cos, need_y, need_sin, need_cos
-        )
-    return dq, dk, dy, dsin, dcos
-
-
-torch.library.register_autograd(
-    f"{_NS}::rope_matrix_qk", _backward_qk, setup_context=_setup_context_qk
-)
+# ---- rope_matrix, rope_matrix_qk ----------------------------------------------------------------
+#
+# Their autograd is registered in C++ (rope_matrix_autograd.cpp, the same formulas as
+# ``_table_grads`` and the helper ops above): a call that needs no gradient goes straight to the
+# kernel without entering Python, which at decode sizes cost more than the kernel itself.
 
 
 # ---- rope_matrix_: refuse autograd, keep the version counter honest -----------------------------
