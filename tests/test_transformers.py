@@ -384,3 +384,18 @@ def test_patch_compiled_model_wrapper():
     assert nt.patch_transformers(compiled) == [_modeling("llama").__name__]
     nt.unpatch_transformers(compiled)
     assert nt.patched_modules() == []
+
+
+def test_context_manager_restores_only_what_it_patched():
+    llama, qwen3 = _modeling("llama"), _modeling("qwen3")
+    q3_orig = qwen3.apply_rotary_pos_emb
+    model = _tiny("llama")
+    nt.patch_transformers(model)
+    with nt.rope_matrix_enabled(families=["llama", "qwen3"]) as names:
+        assert names == [llama.__name__, qwen3.__name__]
+        assert qwen3.apply_rotary_pos_emb is nt.apply_rotary_pos_emb
+    assert qwen3.apply_rotary_pos_emb is q3_orig  # patched by the block: restored
+    assert llama.apply_rotary_pos_emb is nt.apply_rotary_pos_emb  # patched before: kept
+    with nt.rope_matrix_enabled(model):
+        pass
+    assert nt.patched_modules() == [llama.__name__]  # the model's own patch is still held
