@@ -126,11 +126,68 @@ def test_no_32bit_overflow_beyond_2_pow_31_elements():
     assert outer * s * d >= 2**31
     assert t["s"] == s and t["outer"] == outer
     assert t["sBase"] * t["blockDim"] + t["sRem"] == s
-    assert t["slotElems"] == outer * t["headStride"]
+    assert t["slotElems"] == t["outerChunk"] * t["headStride"]
     assert t["userWorkspace"] == t["blockDim"] * 2 * t["slotElems"] * 2
     # The largest GM offset the kernel forms (last head, last row) needs 64 bits.
     last = ((outer - 1) * s + (s - 1)) * d
     assert last > 2**32 and last < 2**63
+
+
+SLOT_BYTES = 1 << 20  # one workspace slot at most; two per AI Core
+SYS_WS = 16 << 20
+
+
+def _heads(t):
+    """(outer, inner) heads covered by the head groups, each exactly once."""
+    go = -(-t["outer"] // t["outerChunk"])
+    gi = -(-t["inner"] // t["innerChunk"])
+    seen = set()
+    for g in range(go * gi):
+        o0, i0 = (g // gi) * t["outerChunk"], (g % gi) * t["innerChunk"]
+        for o in range(o0, min(t["outer"], o0 + t["outerChunk"])):
+            for i in range(i0, min(t["inner"], i0 + t["innerChunk"])):
+                assert (o, i) not in seen
+                seen.add((o, i))
+    return seen
+
+
+@pytest.mark.parametrize(
+    "outer,s,inner,d,x_dtype",
+    [
+        (24, 28800, 1, 128, "bfloat16"),  # the seed shape: unchanged, 24 heads per step
+        (2048, 1024, 1, 128, "bfloat16"),  # B*N = 2048: 1.06 GiB before the bound
+        (1, 28800, 2048, 128, "bfloat16"),  # BSND with many heads: chunk rows shrink
+        (1, 64, 8192, 128, "float32"),  # one S row is 4 MiB: the inner heads are split
+        (1, 3, 100000, 16, "bfloat16"),
+        (1 << 14, 1 << 10, 1, 128, "bfloat16"),  # 2^31 elements
+        (3, 1 << 20, 1000, 64, "float16"),  # 2^37.5 elements, BSND
+        (7, 1, 1, 5216, "bfloat16"),  # widest row
+        (1, 100003, 1, 3920, "float32"),
+    ],
+)
+def test_workspace_bounded_for_any_shape(outer, s, inner, d, x_dtype):
+    t = twin.tiling(outer, s, inner, d, x_dtype=x_dtype)
+    xb = 4 if x_dtype == "float32" else 2
+    assert t["slotElems"] * xb <= SLOT_BYTES
+    assert t["userWorkspace"] == t["blockDim"] * 2 * t["slotElems"] * xb <= t["blockDim"] * 2 * SLOT_BYTES
+    assert t["workspaceBytes"] <= SYS_WS + t["aicNum"] * (2 << 20)
+    assert t["headStride"] == 2 * t["chunkRows"] * t["innerChunk"] * d
+    assert t["slotElems"] == t["outerChunk"] * t["headStride"]
+    # one step of the largest head group fits the slot; the matmul's M is that step's rows
+    assert t["cube"]["M"] == 2 * t["chunkRows"] * t["innerChunk"] < 2**31
+    if outer * inner <= 20000:
+        assert len(_heads(t)) == outer * inner
+    # the groups are as large as the slot allows (no needless shrinking)
+    if t["innerChunk"] == inner and t["outerChunk"] < outer:
+        assert (t["outerChunk"] + 1) * t["headStride"] * xb > SLOT_BYTES
+
+
+def test_workspace_bound_at_2_pow_31_elements_and_beyond():
+    # 8.3 GiB of workspace before the bound for an x of 2^31 elements; now 16 MiB + 2 MiB per core.
+    for outer, s, inner in ((1 << 14, 1 << 10, 1), (1, 1 << 14, 1 << 10), (1 << 15, 1 << 10, 1)):
+        t = twin.tiling(outer, s, inner, 128)
+        assert outer * s * inner * 128 >= 2**31
+        assert t["workspaceBytes"] <= SYS_WS + 20 * (2 << 20)
 
 
 @pytest.mark.parametrize(

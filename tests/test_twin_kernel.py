@@ -191,3 +191,35 @@ def test_twin_float_y_exact_and_mixed_table_dtypes():
     x, y, sin, cos = _inputs("bnsd", 3, 41, "d128", "bf16", "x", "half", 0)
     out, _ = twin.run(x, y.float(), sin, cos.float())
     torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "layout,bn,s,d,slot_bytes,expect",
+    [
+        # BNSD, 24 heads: two outer heads per step (12 groups per row chunk)
+        ("bnsd", 24, 41, 128, 3000, {"outerChunk": 2, "innerChunk": 1}),
+        # BNSD, 3 heads, last group shorter
+        ("bnsd", 3, 100, 64, 3 * 2 * 3 * 64 * 2 - 2, {"outerChunk": 2, "innerChunk": 1}),
+        # BSND, 12 heads per S row: one row per vector core and 9 + 3 inner heads per step
+        ("bsnd", 24, 41, 128, 5000, {"chunkRows": 1, "outerChunk": 1, "innerChunk": 9}),
+        # BSND: rows per chunk shrink, all inner heads per step
+        ("bsnd", 3, 1000, 64, 6 * 3 * 64 * 2, {"chunkRows": 3, "innerChunk": 3}),
+    ],
+)
+def test_twin_bounded_workspace_head_groups(layout, bn, s, d, slot_bytes, expect):
+    # Small slots make small shapes go through the head groups and inner slices that a 1 MiB slot
+    # uses for large ones; the result stays bit-exact with the CPU kernel.
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(_layout_shape(layout, bn, s, d), generator=g).to(torch.bfloat16)
+    y = mode_matrix("interleave", [d], dtype=torch.bfloat16)
+    tshape = _table_shape(layout, 0, s, d)
+    sin = torch.randn(tshape, generator=g).to(torch.bfloat16)
+    cos = torch.randn(tshape, generator=g).to(torch.bfloat16)
+    out, rep = twin._run(x, y, sin, cos, soc="Ascend910B3", slot_bytes=slot_bytes)
+    t = rep["tiling"]
+    for k, v in expect.items():
+        assert t[k] == v, (k, t)
+    assert t["slotElems"] * 2 <= slot_bytes
+    assert rep["workspace_bytes"] == (16 << 20) + t["blockDim"] * 2 * t["slotElems"] * 2
+    assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
+    _check_report(rep, x.numel() // x.shape[-1])

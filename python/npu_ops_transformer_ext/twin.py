@@ -102,12 +102,15 @@ def tiling(
     """The host tiling for x viewed as ``[outer, S, inner, D]`` (a dict of every field, plus the
     platform's core counts, the workspace size and the matmul tiling under ``"cube"``).
     Raises ValueError with the numbers when no tiling can serve the shape."""
-    return _twin.tiling(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim)
+    return _twin.tiling(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim, _twin.SLOT_BYTES)
 
 
-def _run(x, y, sin, cos, *, soc, max_block_dim=0, variant="", tiling_patch=None, op_limit=0):
-    # variant / tiling_patch / op_limit exist for the twin's own violation tests only.
-    r = _twin.run(x, y, sin, cos, soc, max_block_dim, variant, tiling_patch or {}, op_limit)
+def _run(x, y, sin, cos, *, soc, max_block_dim=0, variant="", tiling_patch=None, op_limit=0, slot_bytes=0):
+    # variant / tiling_patch / op_limit / slot_bytes exist for the twin's own tests only.
+    r = _twin.run(
+        x, y, sin, cos, soc, max_block_dim, variant, tiling_patch or {}, op_limit,
+        slot_bytes or _twin.SLOT_BYTES,
+    )
     if "error" in r:
         e = r["error"]
         raise TwinError(e["message"], e["rule"], e["core"])

@@ -64,7 +64,7 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
 
 #define TILING_FIELDS(X)                                                                                   \
   X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(outer) X(s) X(inner) \
-      X(sBase) X(sRem) X(headStride) X(slotElems) X(userWorkspace)
+      X(sBase) X(sRem) X(outerChunk) X(innerChunk) X(headStride) X(slotElems) X(userWorkspace)
 
 py::dict tiling_dict(const rope_matrix::RopeMatrixTiling& t) {
   py::dict d;
@@ -117,11 +117,12 @@ auto host_call(F&& f) -> decltype(f()) {
 }
 
 py::dict tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, const std::string& x_dtype,
-                   const std::string& table_dtype, const std::string& soc, uint32_t max_block_dim) {
+                   const std::string& table_dtype, const std::string& soc, uint32_t max_block_dim,
+                   uint64_t slot_bytes) {
   return host_call([&] {
     const auto p = problem_from(outer, s, inner, d, x_dtype, table_dtype);
     const auto plat = rope_matrix::platform_for_soc(soc);
-    const auto t = rope_matrix::compute_tiling(p, plat, max_block_dim);
+    const auto t = rope_matrix::compute_tiling(p, plat, max_block_dim, slot_bytes);
     const auto cube = rope_matrix::compute_matmul_tiling(t);
     py::dict r = tiling_dict(t);
     r["aicNum"] = plat.aicNum;
@@ -142,7 +143,7 @@ py::dict tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, const
 // Runs one launch. Returns {"out": Tensor, "report": dict} or {"error": {...}} on a violation.
 py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin, const at::Tensor& cos,
                 const std::string& soc, uint32_t max_block_dim, const std::string& variant, const py::dict& patch,
-                uint64_t op_limit) {
+                uint64_t op_limit, uint64_t slot_bytes) {
   npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x, y, sin, cos);
   TORCH_CHECK_VALUE(x.device().is_cpu(), "twin.run: tensors must be on the CPU, got ", x.device());
   rope_matrix::PreparedCall c = rope_matrix::prepare_call("rope_matrix", x, y, sin, cos);
@@ -154,7 +155,7 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
     return result;
   }
   const auto plat = host_call([&] { return rope_matrix::platform_for_soc(soc); });
-  rope_matrix::RopeMatrixTiling t = host_call([&] { return rope_matrix::compute_tiling(c.problem, plat, max_block_dim); });
+  rope_matrix::RopeMatrixTiling t = host_call([&] { return rope_matrix::compute_tiling(c.problem, plat, max_block_dim, slot_bytes); });
   if (patch.size()) patch_tiling(t, patch);
   const auto cube = host_call([&] { return rope_matrix::compute_matmul_tiling(t); });
   std::vector<uint8_t> packed = rope_matrix::pack_tiling(t, cube);
@@ -264,10 +265,10 @@ PYBIND11_MODULE(_twin, m) {
   m.doc() = "CPU twin of the rope_matrix Ascend C kernel (see npu_ops_transformer_ext.twin)";
   m.def("run", &run_py, py::arg("x"), py::arg("y"), py::arg("sin"), py::arg("cos"), py::arg("soc"),
         py::arg("max_block_dim") = 0, py::arg("variant") = "", py::arg("tiling_patch") = py::dict(),
-        py::arg("op_limit") = 0);
+        py::arg("op_limit") = 0, py::arg("slot_bytes") = rope_matrix::kSlotBytes);
   m.def("tiling", &tiling_py, py::arg("outer"), py::arg("s"), py::arg("inner"), py::arg("d"),
         py::arg("x_dtype") = "bfloat16", py::arg("table_dtype") = "bfloat16", py::arg("soc") = "Ascend910B3",
-        py::arg("max_block_dim") = 0);
+        py::arg("max_block_dim") = 0, py::arg("slot_bytes") = rope_matrix::kSlotBytes);
   m.def("ub_bytes_per_element", &rope_matrix::ub_bytes_per_element);
   m.def("test_only_variants", [] {
     py::list l;
@@ -276,4 +277,5 @@ PYBIND11_MODULE(_twin, m) {
   });
   m.attr("UB_USABLE_BYTES") = twin::kUbUsableBytes;
   m.attr("SYS_WORKSPACE_BYTES") = rope_matrix::kSysWorkspace;
+  m.attr("SLOT_BYTES") = rope_matrix::kSlotBytes;
 }
