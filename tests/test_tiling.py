@@ -229,3 +229,66 @@ def test_largest_d_is_served_and_one_more_is_refused(x_dtype, table_dtype, dmax)
     assert t["chunkRows"] == 1 and t["ubBytes"] <= UB_BUDGET
     with pytest.raises(ValueError, match=f"the largest D served with these dtypes is {dmax}"):
         twin.tiling(1, 16, 1, dmax + 1, x_dtype=x_dtype, table_dtype=table_dtype)
+
+
+# ---- the vector-only kernel's tiling (op_host/rope_matrix_perm_tiling.cpp) ----------------------
+
+
+def _perm_work(t):
+    """{vector core: (S range, outer range)} as the kernel walks them (inc/rope_matrix_tiling.h)."""
+    work = {}
+    for v in range(t["blockDim"]):
+        sc, og = divmod(v, t["oGroups"])
+        s0 = sc * t["sBase"] + min(sc, t["sRem"])
+        o0 = og * t["oBase"] + min(og, t["oRem"])
+        ns = t["sBase"] + (1 if sc < t["sRem"] else 0)
+        no = t["oBase"] + (1 if og < t["oRem"] else 0)
+        work[v] = (range(s0, s0 + ns), range(o0, o0 + no))
+    return work
+
+
+@pytest.mark.parametrize("soc,aiv", [("Ascend910B3", 40), ("Ascend910B1", 48)])
+@pytest.mark.parametrize("outer", [1, 2, 3, 24, 97])
+def test_perm_every_row_exactly_once_any_s(soc, aiv, outer):
+    for s in list(range(1, 100)) + [1000, 1521, 28800, 100003]:
+        t = twin.perm_tiling(outer, s, 1, 128, soc=soc)
+        assert t["aivNum"] == aiv
+        assert t["sCores"] == min(aiv, s) and t["oGroups"] == min(outer, aiv // t["sCores"])
+        assert t["blockDim"] == t["sCores"] * t["oGroups"] <= aiv
+        work = _perm_work(t)
+        # the S ranges partition [0, S), the outer ranges partition [0, outer), and every core
+        # owns one (S range, outer range) pair: each (outer, S) row exactly once
+        s_ranges = sorted({(r.start, r.stop) for r, _ in work.values()})
+        o_ranges = sorted({(r.start, r.stop) for _, r in work.values()})
+        assert [a for a, _ in s_ranges] == [0] + [b for _, b in s_ranges[:-1]] and s_ranges[-1][1] == s
+        assert [a for a, _ in o_ranges] == [0] + [b for _, b in o_ranges[:-1]] and o_ranges[-1][1] == outer
+        assert all(a < b for a, b in s_ranges + o_ranges), f"S={s}: a core without rows"
+        pairs = {(r.start, q.start) for r, q in work.values()}
+        assert len(pairs) == len(work) == len(s_ranges) * len(o_ranges)
+        sizes = [len(r) for r, _ in work.values()]
+        assert max(sizes) - min(sizes) <= 1, s
+
+
+@pytest.mark.parametrize("d", [16, 44, 64, 80, 96, 128, 130, 1024, 3072])
+@pytest.mark.parametrize("x_dtype,table_dtype", [("bfloat16", "bfloat16"), ("bfloat16", "float32"),
+                                                 ("float16", "float16"), ("float32", "float32")])
+def test_perm_ub_within_budget(d, x_dtype, table_dtype):
+    t = twin.perm_tiling(24, 28800, 1, d, x_dtype=x_dtype, table_dtype=table_dtype)
+    xb = 4 if x_dtype == "float32" else 2
+    tb = 4 if table_dtype == "float32" else xb
+    per_row = _twin.perm_ub_bytes_per_element(xb, tb) * t["dPad"]
+    assert t["ubBytes"] == per_row * t["chunkRows"] + 32 <= UB_BUDGET
+    assert t["chunkRows"] == min((UB_BUDGET - 32) // per_row, -(-28800 // 40), 4095)
+    assert (t["dPad"] * xb) % 32 == 0 and (t["dPad"] * 4) % 32 == 0
+    assert t["constOffset"] % 32 == 0 and t["constOffset"] >= 104
+
+
+def test_perm_64bit_offsets():
+    # x of 2^33 elements; the last row's offset needs 64 bits, the tiling keeps them.
+    outer, s, inner, d = 64, 1 << 20, 1, 128
+    t = twin.perm_tiling(outer, s, inner, d)
+    assert t["outer"] == outer and t["s"] == s and t["sBase"] * t["sCores"] + t["sRem"] == s
+    t = twin.perm_tiling(3, 5, 1 << 22, 128)  # BSND, 2^31 elements in 15 S rows
+    assert t["inner"] == 1 << 22 and t["blockDim"] == 5 * 3
+    with pytest.raises(ValueError, match="exceeds DataCopyPad's 32-bit stride"):
+        twin.perm_tiling(1, 2, 1 << 25, 128)

@@ -864,5 +864,7 @@ __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src
 
 }  // namespace AscendC
 
+#include "twin/vec_gather_duplicate.h"
+
 using AscendC::TPosition;
 using AscendC::RoundMode;
