@@ -75,7 +75,8 @@ at::Tensor rope_matrix_npu(const at::Tensor& x, const at::Tensor& y, const at::T
 
   // The kernel: the vector-only one for a signed (partial) permutation y when its tiling serves
   // the shape, else the MIX kernel (NPU_OPS_NPU_KERNEL=auto|mix|perm overrides; auto when unset).
-  rope_matrix::LaunchPlan plan = rope_matrix::plan_launch(c, npu_platform(), rope_matrix::requested_kernel_from_env());
+  rope_matrix::LaunchPlan plan = rope_matrix::plan_launch(c, npu_platform(), *platform_ascendc::PlatformAscendCManager::GetInstance(),
+                                                          rope_matrix::requested_kernel_from_env());
   std::vector<uint8_t>& packed = plan.tiling;
   // The MIX kernel reads sizeof(TCubeTiling) bytes after the RopeMatrixTiling; keep slack after it.
   packed.resize(packed.size() + 256, 0);

@@ -101,7 +101,8 @@ std::string requested_kernel_from_env() {
   return s;
 }
 
-LaunchPlan plan_launch(const PreparedCall& c, const Platform& plat, const std::string& requested, uint32_t maxBlockDim,
+LaunchPlan plan_launch(const PreparedCall& c, const Platform& plat, const platform_ascendc::PlatformAscendC& ascendc,
+                       const std::string& requested, uint32_t maxBlockDim,
                        uint64_t slotBytes, const std::function<void(RopeMatrixTiling&)>& patch) {
   LaunchPlan l;
   try {
@@ -128,7 +129,7 @@ LaunchPlan plan_launch(const PreparedCall& c, const Platform& plat, const std::s
       if (patch) patch(l.mix);
       l.kernel = c.kernel;
       l.blockDim = l.mix.blockDim;
-      l.tiling = pack_tiling(l.mix, compute_matmul_tiling(l.mix));
+      l.tiling = pack_tiling(l.mix, compute_matmul_tiling(l.mix, c.problem.xType, ascendc));
       l.workspaceBytes = workspace_bytes(l.mix);
     }
   } catch (const TilingError& e) {

@@ -42,9 +42,11 @@ struct LaunchPlan {
 // the variable and the valid values for anything else.
 std::string requested_kernel_from_env();
 
-// Chooses the kernel (see choose_kernel) and builds its tiling. `requested`: auto, mix or perm.
+// Chooses the kernel (see choose_kernel) and builds its tiling (the MIX kernel's matmul tiling on
+// `ascendc`, the device's PlatformAscendC or the twin's). `requested`: auto, mix or perm.
 // `patch` (tests only) may alter the MIX tiling before the matmul tiling is derived from it.
-LaunchPlan plan_launch(const PreparedCall& c, const Platform& plat, const std::string& requested,
+LaunchPlan plan_launch(const PreparedCall& c, const Platform& plat, const platform_ascendc::PlatformAscendC& ascendc,
+                       const std::string& requested,
                        uint32_t maxBlockDim = 0, uint64_t slotBytes = kSlotBytes,
                        const std::function<void(RopeMatrixTiling&)>& patch = nullptr);
 

@@ -292,3 +292,11 @@ def test_perm_64bit_offsets():
     assert t["inner"] == 1 << 22 and t["blockDim"] == 5 * 3
     with pytest.raises(ValueError, match="exceeds DataCopyPad's 32-bit stride"):
         twin.perm_tiling(1, 2, 1 << 25, 128)
+
+
+@pytest.mark.parametrize(
+    "x_dtype,expected", [("bfloat16", "DT_BFLOAT16"), ("float16", "DT_FLOAT16"), ("float32", "DT_FLOAT")]
+)
+def test_matmul_tiled_as_x_dtype(x_dtype, expected):
+    # The host passes x's own type to MultiCoreMatmulTiling (fp16 is not tiled as bf16).
+    assert twin.tiling(2, 64, 4, 128, x_dtype=x_dtype, table_dtype=x_dtype)["cube"]["aType"] == expected

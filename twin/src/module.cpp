@@ -13,6 +13,8 @@
 #include "op_host/rope_matrix_tiling.h"
 #include "op_kernel/rope_matrix_kernel_entries.h"
 #include "op_kernel/rope_matrix_perm_kernel_entries.h"
+#include "tiling/platform/platform_ascendc.h"
+#include "tiling/tiling_api.h"
 #include "twin/core.h"
 #include "validation/rope_matrix_validate.h"
 
@@ -34,6 +36,20 @@ TEST_ONLY(test_only_flag_unbalanced)
 #undef TEST_ONLY
 
 namespace {
+
+// The PlatformAscendC the host tiling receives, built from op_host's SoC table (on the NPU it comes
+// from PlatformAscendCManager::GetInstance()).
+struct TwinPlatform {
+  explicit TwinPlatform(const rope_matrix::Platform& p) {
+    info.aicNum = p.aicNum;
+    info.aivNum = p.aivNum;
+    info.ubBytes = p.ubBytes;
+  }
+  TwinPlatform(const TwinPlatform&) = delete;
+  TwinPlatform& operator=(const TwinPlatform&) = delete;
+  fe::PlatFormInfos info;
+  platform_ascendc::PlatformAscendC ascendc{&info};
+};
 
 const std::map<std::string, KernelFn>& kernels() {
   static const std::map<std::string, KernelFn> k = {
@@ -141,7 +157,8 @@ py::dict tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, const
     const auto p = problem_from(outer, s, inner, d, x_dtype, table_dtype);
     const auto plat = rope_matrix::platform_for_soc(soc);
     const auto t = rope_matrix::compute_tiling(p, plat, max_block_dim, slot_bytes);
-    const auto cube = rope_matrix::compute_matmul_tiling(t);
+    TwinPlatform tp(plat);
+    const auto cube = rope_matrix::compute_matmul_tiling(t, p.xType, tp.ascendc);
     py::dict r = tiling_dict(t);
     r["aicNum"] = plat.aicNum;
     r["aivNum"] = plat.aivNum;
@@ -153,6 +170,7 @@ py::dict tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, const
     c["baseM"] = ct.baseM; c["baseN"] = ct.baseN; c["baseK"] = ct.baseK;
     c["dbL0A"] = ct.dbL0A; c["dbL0B"] = ct.dbL0B; c["dbL0C"] = ct.dbL0C;
     c["depthA1"] = ct.depthA1; c["depthB1"] = ct.depthB1;
+    c["aType"] = matmul_tiling::twin_data_type_name(matmul_tiling::twin_last_a_type());
     r["cube"] = c;
     return r;
   });
@@ -189,8 +207,9 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
   const std::string requested = !kernel.empty()                        ? kernel
                                 : (!variant.empty() || patch.size()) ? std::string("mix")
                                                                       : rope_matrix::requested_kernel_from_env();
+  TwinPlatform tp(plat);
   rope_matrix::LaunchPlan plan = rope_matrix::plan_launch(
-      c, plat, requested, max_block_dim, slot_bytes,
+      c, plat, tp.ascendc, requested, max_block_dim, slot_bytes,
       patch.size() ? std::function<void(rope_matrix::RopeMatrixTiling&)>(
                          [&](rope_matrix::RopeMatrixTiling& t) { patch_tiling(t, patch); })
                    : nullptr);
