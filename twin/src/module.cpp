@@ -33,6 +33,11 @@ TEST_ONLY(test_only_use_after_free)
 TEST_ONLY(test_only_flag_overflow)
 TEST_ONLY(test_only_deadlock)
 TEST_ONLY(test_only_flag_unbalanced)
+TEST_ONLY(test_only_mode2_one_vector_sets_twice)
+TEST_ONLY(test_only_flag_15_reserved)
+TEST_ONLY(test_only_datacopy_block_count)
+TEST_ONLY(test_only_datacopy_into_vecalc)
+TEST_ONLY(test_only_uninitialized_workspace_read)
 #undef TEST_ONLY
 
 namespace {
@@ -80,6 +85,11 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_flag_overflow", test_only_flag_overflow},
       {"test_only_deadlock", test_only_deadlock},
       {"test_only_flag_unbalanced", test_only_flag_unbalanced},
+      {"test_only_mode2_one_vector_sets_twice", test_only_mode2_one_vector_sets_twice},
+      {"test_only_flag_15_reserved", test_only_flag_15_reserved},
+      {"test_only_datacopy_block_count", test_only_datacopy_block_count},
+      {"test_only_datacopy_into_vecalc", test_only_datacopy_into_vecalc},
+      {"test_only_uninitialized_workspace_read", test_only_uninitialized_workspace_read},
   };
   return k;
 }
@@ -249,7 +259,10 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
       L.add_region("sin", ptr(c.sin), bytes(c.sin));
       L.add_region("cos", ptr(c.cos), bytes(c.cos));
       out_region = L.add_region("out", ptr(out), bytes(out), true);
-      L.add_region("workspace", ws.get(), ws_bytes);
+      // The system part (the library's) and the user part; reading a user byte nothing wrote in
+      // this launch is `uninitialized-read` (the NaN fill stays as a second line of defence).
+      L.add_region("sys_workspace", ws.get(), rope_matrix::kSysWorkspace);
+      L.add_region("workspace", ws.get() + rope_matrix::kSysWorkspace, ws_bytes - rope_matrix::kSysWorkspace, true, true);
       L.add_region("tiling", packed.data(), packed.size());
       L.set_workspace(ws.get(), ws_bytes);
       if (op_limit) L.set_op_limit(op_limit);
