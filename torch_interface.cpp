@@ -2,8 +2,9 @@
 // (cmake/npu_build.cmake): needs CANN (bisheng, ACL, the tiling API) and torch_npu.
 //
 // Reads top to bottom: shared validator -> device guard -> NPU limits and the [outer, S, inner, D]
-// view (op_host/rope_matrix_host.cpp, the same code the CPU twin runs) -> output and workspace ->
-// tiling from the platform's real core counts and UB size -> launch on the current NPU stream.
+// view (op_host/rope_matrix_host.cpp, the same code the CPU twin runs) -> kernel choice and tiling
+// from the platform's real core counts and UB size -> output and workspace -> launch on the
+// current NPU stream.
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -23,6 +24,11 @@
 #include "aclrtlaunch_rope_matrix_fp16_fp16.h"
 #include "aclrtlaunch_rope_matrix_fp16_fp32.h"
 #include "aclrtlaunch_rope_matrix_fp32_fp32.h"
+#include "aclrtlaunch_rope_matrix_perm_bf16_bf16.h"
+#include "aclrtlaunch_rope_matrix_perm_bf16_fp32.h"
+#include "aclrtlaunch_rope_matrix_perm_fp16_fp16.h"
+#include "aclrtlaunch_rope_matrix_perm_fp16_fp32.h"
+#include "aclrtlaunch_rope_matrix_perm_fp32_fp32.h"
 
 namespace {
 
@@ -50,6 +56,11 @@ LaunchFn launcher(const std::string& kernel) {
   if (kernel == "rope_matrix_fp16_fp16") return ACLRT_LAUNCH_KERNEL(rope_matrix_fp16_fp16);
   if (kernel == "rope_matrix_fp16_fp32") return ACLRT_LAUNCH_KERNEL(rope_matrix_fp16_fp32);
   if (kernel == "rope_matrix_fp32_fp32") return ACLRT_LAUNCH_KERNEL(rope_matrix_fp32_fp32);
+  if (kernel == "rope_matrix_perm_bf16_bf16") return ACLRT_LAUNCH_KERNEL(rope_matrix_perm_bf16_bf16);
+  if (kernel == "rope_matrix_perm_bf16_fp32") return ACLRT_LAUNCH_KERNEL(rope_matrix_perm_bf16_fp32);
+  if (kernel == "rope_matrix_perm_fp16_fp16") return ACLRT_LAUNCH_KERNEL(rope_matrix_perm_fp16_fp16);
+  if (kernel == "rope_matrix_perm_fp16_fp32") return ACLRT_LAUNCH_KERNEL(rope_matrix_perm_fp16_fp32);
+  if (kernel == "rope_matrix_perm_fp32_fp32") return ACLRT_LAUNCH_KERNEL(rope_matrix_perm_fp32_fp32);
   TORCH_CHECK(false, "rope_matrix (NPU): no kernel ", kernel);
 }
 
@@ -62,20 +73,16 @@ at::Tensor rope_matrix_npu(const at::Tensor& x, const at::Tensor& y, const at::T
   at::Tensor out = at::empty(c.x.sizes(), c.x.options());
   if (c.empty) return out.view(x.sizes());
 
-  rope_matrix::RopeMatrixTiling t;
-  std::vector<uint8_t> packed;
-  try {
-    t = rope_matrix::compute_tiling(c.problem, npu_platform());
-    packed = rope_matrix::pack_tiling(
-        t, rope_matrix::compute_matmul_tiling(t, c.problem.xType, *platform_ascendc::PlatformAscendCManager::GetInstance()));
-  } catch (const rope_matrix::TilingError& e) {
-    TORCH_CHECK_VALUE(false, e.what());
-  }
-  // The kernel reads sizeof(TCubeTiling) bytes after the RopeMatrixTiling; keep slack after it.
+  // The kernel: the vector-only one for a signed (partial) permutation y when its tiling serves
+  // the shape, else the MIX kernel (NPU_OPS_NPU_KERNEL=auto|mix|perm overrides; auto when unset).
+  rope_matrix::LaunchPlan plan = rope_matrix::plan_launch(c, npu_platform(), *platform_ascendc::PlatformAscendCManager::GetInstance(),
+                                                          rope_matrix::requested_kernel_from_env());
+  std::vector<uint8_t>& packed = plan.tiling;
+  // The MIX kernel reads sizeof(TCubeTiling) bytes after the RopeMatrixTiling; keep slack after it.
   packed.resize(packed.size() + 256, 0);
 
-  // Workspace: the library's system workspace followed by the ping-pong slots of every cube core.
-  at::Tensor workspace = at::empty({static_cast<int64_t>(rope_matrix::workspace_bytes(t))}, x.options().dtype(at::kByte));
+  // Workspace: the library's system workspace, then (MIX) the slot ring of every cube core.
+  at::Tensor workspace = at::empty({static_cast<int64_t>(plan.workspaceBytes)}, x.options().dtype(at::kByte));
   at::Tensor tiling_host = at::empty({static_cast<int64_t>(packed.size())}, at::TensorOptions().dtype(at::kByte));
   std::memcpy(tiling_host.data_ptr(), packed.data(), packed.size());
   at::Tensor tiling_dev = tiling_host.to(x.device());
@@ -83,10 +90,10 @@ at::Tensor rope_matrix_npu(const at::Tensor& x, const at::Tensor& y, const at::T
   // stream(true) first empties torch_npu's task queue, so the kernel runs after the copies and
   // casts queued above (stream(false) hands back the raw stream without doing so).
   aclrtStream stream = c10_npu::getCurrentNPUStream().stream(true);
-  const uint32_t rc = launcher(c.kernel)(t.blockDim, stream, c.x.data_ptr(), c.y.data_ptr(), c.sin.data_ptr(),
+  const uint32_t rc = launcher(plan.kernel)(plan.blockDim, stream, c.x.data_ptr(), c.y.data_ptr(), c.sin.data_ptr(),
                                          c.cos.data_ptr(), out.data_ptr(), workspace.data_ptr(),
                                          tiling_dev.data_ptr());
-  TORCH_CHECK(rc == 0, "rope_matrix (NPU): kernel launch ", c.kernel, " with blockDim ", t.blockDim, " failed: ", rc);
+  TORCH_CHECK(rc == 0, "rope_matrix (NPU): kernel launch ", plan.kernel, " with blockDim ", plan.blockDim, " failed: ", rc);
   return out.view(x.sizes());
 }
 

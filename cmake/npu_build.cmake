@@ -22,7 +22,10 @@ include(${ASCENDC_CMAKE_DIR}/ascendc.cmake)
 # The kernel: the same source the CPU twin compiles. HAVE_WORKSPACE / HAVE_TILING: the last two
 # kernel arguments are the workspace (registered as the system workspace, so GetUserWorkspace
 # lands 16 MiB into it) and the tiling.
-ascendc_library(rope_matrix_kernels STATIC ${CMAKE_CURRENT_SOURCE_DIR}/op_kernel/rope_matrix_kernel.cpp)
+# Both kernels (MIX, and the vector-only one for signed permutations) take the same arguments.
+ascendc_library(rope_matrix_kernels STATIC
+  ${CMAKE_CURRENT_SOURCE_DIR}/op_kernel/rope_matrix_kernel.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/op_kernel/rope_matrix_perm_kernel.cpp)
 ascendc_compile_definitions(rope_matrix_kernels PRIVATE -DHAVE_WORKSPACE -DHAVE_TILING)
 ascendc_include_directories(rope_matrix_kernels PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 
@@ -35,7 +38,8 @@ execute_process(
 target_sources(_C PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}/torch_interface.cpp
   ${CMAKE_CURRENT_SOURCE_DIR}/op_host/rope_matrix_host.cpp
-  ${CMAKE_CURRENT_SOURCE_DIR}/op_host/rope_matrix_tiling.cpp)
+  ${CMAKE_CURRENT_SOURCE_DIR}/op_host/rope_matrix_tiling.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/op_host/rope_matrix_perm_tiling.cpp)
 target_include_directories(_C PRIVATE
   ${CMAKE_CURRENT_SOURCE_DIR}
   ${ASCEND_HOME_PATH}/include

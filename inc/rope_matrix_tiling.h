@@ -6,11 +6,16 @@
 // [S, 1, D] / [1, S, 1, D] tables is outer = B, inner = N. The tables are [S, D] rows.
 //
 // Work split. Cube core b (of blockDim) owns the S rows [cubeRowBegin(b), +cubeRowCount(b)), and the
-// split is even (counts differ by at most one). It walks them in steps of up to 2*chunkRows rows:
-// per step it multiplies those rows of every (outer, inner) head by y into a workspace slot (two
-// slots, ping-pong), then signals its two vector cores; vector core 2b+s takes the first (s = 0) or
-// second (s = 1) half of the step's rows, for every head, and signals back when the slot is free.
-// Every S row therefore belongs to exactly one cube core and exactly one vector core.
+// split is even (counts differ by at most one). It walks them in chunks of up to 2*chunkRows rows,
+// and each chunk in head groups (outerChunk outer heads x innerChunk inner heads): per step (chunk,
+// head group) it multiplies those rows of the group's heads by y into a workspace slot (two slots,
+// a ring), then signals its two vector cores; vector core 2b+s takes the first (s = 0) or second
+// (s = 1) half of the chunk's rows, for every head of the group, and signals back when the slot is
+// free. Every S row therefore belongs to exactly one cube core and exactly one vector core.
+//
+// Workspace bound. A slot holds at most kSlotBytes, whatever the shape: the user workspace is at
+// most blockDim * kSlots * kSlotBytes (2 MiB per AI Core), because the head groups (and, for a very
+// wide S row, the rows per chunk) shrink until one step fits a slot.
 //
 // GM offsets are 64-bit everywhere (B*N*S*D may exceed 2^31 elements).
 #pragma once
@@ -28,6 +33,7 @@ namespace rope_matrix {
 constexpr uint16_t kFlagReady0 = 4;  // + slot: cube -> vector "x@y of this slot is in the workspace"
 constexpr uint16_t kFlagFree0 = 6;   // + slot: vector -> cube "this slot has been read, reuse it"
 constexpr uint32_t kSlots = 2;       // workspace ping-pong slots per cube core
+constexpr uint64_t kSlotBytes = 1ull << 20;  // bytes of one workspace slot at most (2 slots per AI Core)
 
 struct RopeMatrixTiling {
   uint32_t blockDim;        // AI Cores launched (= cube cores); vector cores = 2 * blockDim
@@ -44,9 +50,11 @@ struct RopeMatrixTiling {
   uint64_t inner;           // product of x dims between S and D
   uint64_t sBase;           // S / blockDim: rows of every cube core ...
   uint64_t sRem;            // ... plus one for cube cores [0, S % blockDim)
+  uint64_t outerChunk;      // outer heads per step (a head group), <= outer
+  uint64_t innerChunk;      // inner heads per step, <= inner; the slot's row pitch is innerChunk * D
   uint64_t headStride;      // elements between two `outer` heads inside a workspace slot
-                            // = 2 * chunkRows * inner * D
-  uint64_t slotElems;       // elements of one workspace slot = outer * headStride
+                            // = 2 * chunkRows * innerChunk * D
+  uint64_t slotElems;       // elements of one workspace slot = outerChunk * headStride (<= kSlotBytes)
   uint64_t userWorkspace;   // user workspace bytes = blockDim * kSlots * slotElems * xBytes
 };
 
@@ -57,13 +65,27 @@ __aicore__ inline void CubeRows(const RopeMatrixTiling& t, uint64_t b, uint64_t&
   count = t.sBase + (b < t.sRem ? 1 : 0);
 }
 
-// Steps cube core b (and both of its vector cores) go through.
+// Head groups per row chunk: ceil(outer / outerChunk) * ceil(inner / innerChunk). Group g covers
+// outer heads [o0, o0 + on) and inner heads [i0, i0 + in).
+__aicore__ inline uint64_t HeadGroups(const RopeMatrixTiling& t) {
+  return ((t.outer + t.outerChunk - 1) / t.outerChunk) * ((t.inner + t.innerChunk - 1) / t.innerChunk);
+}
+__aicore__ inline void HeadGroup(const RopeMatrixTiling& t, uint64_t g, uint64_t& o0, uint64_t& on, uint64_t& i0,
+                                 uint64_t& in) {
+  const uint64_t gi = (t.inner + t.innerChunk - 1) / t.innerChunk;
+  o0 = (g / gi) * t.outerChunk;
+  i0 = (g % gi) * t.innerChunk;
+  on = t.outer - o0 < t.outerChunk ? t.outer - o0 : t.outerChunk;
+  in = t.inner - i0 < t.innerChunk ? t.inner - i0 : t.innerChunk;
+}
+
+// Row chunks cube core b (and both of its vector cores) go through; each has HeadGroups steps.
 __aicore__ inline uint64_t Steps(const RopeMatrixTiling& t, uint64_t cubeRows) {
   const uint64_t per = 2ull * t.chunkRows;
   return (cubeRows + per - 1) / per;
 }
 
-// Rows of step `step` of a cube core with `cubeRows` rows: all of them [0, n) relative to the
+// Rows of row chunk `step` of a cube core with `cubeRows` rows: all of them [0, n) relative to the
 // step's first row, and the share of vector sub-block `sub`: [first, first + count).
 __aicore__ inline uint64_t StepRows(const RopeMatrixTiling& t, uint64_t cubeRows, uint64_t step) {
   const uint64_t per = 2ull * t.chunkRows;
@@ -75,6 +97,41 @@ __aicore__ inline void SubRows(uint64_t stepRows, uint64_t sub, uint64_t& first,
   const uint64_t half0 = (stepRows + 1) / 2;
   first = sub == 0 ? 0 : half0;
   count = sub == 0 ? half0 : stepRows - half0;
+}
+
+// ---- the vector-only kernel for a signed (partial) permutation y (op_kernel/rope_matrix_perm_kernel.h)
+//
+// Work split. blockDim = sCores * oGroups vector cores (all the SoC has when the work allows):
+// S is split evenly over sCores = min(vector cores, S); when S is shorter than the core count, the
+// outer heads are split over oGroups = min(outer, vector cores / sCores) as well. Vector core v
+// takes the S rows of S-core v / oGroups and the outer heads of group v % oGroups, every inner
+// head, in chunks of up to chunkRows S rows (one load of the cos/sin rows per chunk, reused for
+// every head). Every (outer, S, inner) row belongs to exactly one vector core.
+struct RopePermTiling {
+  uint32_t blockDim;    // vector cores launched (KERNEL_TYPE_AIV_ONLY: one block per vector core)
+  uint32_t d;           // head dim D
+  uint32_t dPad;        // row pitch in UB (elements), as RopeMatrixTiling::dPad
+  uint32_t chunkRows;   // max S rows per chunk (UB-sized)
+  uint32_t xBytes;      // sizeof(x element)
+  uint32_t tableBytes;  // sizeof(sin/cos element)
+  uint32_t ubBytes;     // UB bytes the kernel allocates (<= ubBudget)
+  uint32_t ubBudget;    // usable UB bytes per vector core
+  uint32_t sCores;      // cores along S
+  uint32_t oGroups;     // cores along the outer heads
+  uint64_t outer, s, inner;
+  uint64_t sBase, sRem;  // S rows per S-core: sBase, one more for S-cores [0, sRem)
+  uint64_t oBase, oRem;  // outer heads per group: oBase, one more for groups [0, oRem)
+  uint64_t constOffset;  // bytes from the tiling start to the Gather offsets (uint32[chunkRows*dPad],
+                         // bytes into the fp32 x tile) followed by the signs (float[chunkRows*dPad])
+};
+
+__aicore__ inline void PermCoreWork(const RopePermTiling& t, uint64_t v, uint64_t& sBegin, uint64_t& rows,
+                                    uint64_t& oBegin, uint64_t& heads) {
+  const uint64_t sc = v / t.oGroups, og = v % t.oGroups;
+  sBegin = sc * t.sBase + (sc < t.sRem ? sc : t.sRem);
+  rows = t.sBase + (sc < t.sRem ? 1 : 0);
+  oBegin = og * t.oBase + (og < t.oRem ? og : t.oRem);
+  heads = t.oBase + (og < t.oRem ? 1 : 0);
 }
 
 }  // namespace rope_matrix

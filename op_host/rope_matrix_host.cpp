@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstdlib>
 #include <vector>
 
 #include "validation/rope_matrix_validate.h"
@@ -80,8 +81,61 @@ PreparedCall prepare_call(const char* op, const at::Tensor& x, const at::Tensor&
   c.x = x.contiguous();
   c.empty = x.numel() == 0;
   const char* xs = xt == at::kFloat ? "fp32" : xt == at::kHalf ? "fp16" : "bf16";
-  c.kernel = std::string("rope_matrix_") + xs + (tt == at::kFloat ? "_fp32" : (std::string("_") + xs));
+  const std::string suffix = std::string(xs) + (tt == at::kFloat ? "_fp32" : (std::string("_") + xs));
+  c.kernel = "rope_matrix_" + suffix;
+  c.permKernel = "rope_matrix_perm_" + suffix;
+
+  // A signed (partial) permutation y goes to the vector-only kernel (exact moves, no matmul).
+  // The check reads y on the host ([D, D], small).
+  const at::Tensor yh = y.detach().to(at::kCPU, at::kDouble).contiguous();
+  c.isPerm = find_signed_permutation(yh.data_ptr<double>(), p.d, c.partner, c.sign);
   return c;
+}
+
+std::string requested_kernel_from_env() {
+  const char* v = std::getenv("NPU_OPS_NPU_KERNEL");
+  if (v == nullptr || *v == 0) return "auto";
+  const std::string s(v);
+  TORCH_CHECK_VALUE(s == "auto" || s == "mix" || s == "perm", "NPU_OPS_NPU_KERNEL='", s,
+                    "' is not a valid NPU kernel choice; valid values are auto, mix, perm (or leave it unset for auto)");
+  return s;
+}
+
+LaunchPlan plan_launch(const PreparedCall& c, const Platform& plat, const platform_ascendc::PlatformAscendC& ascendc,
+                       const std::string& requested, uint32_t maxBlockDim,
+                       uint64_t slotBytes, const std::function<void(RopeMatrixTiling&)>& patch) {
+  LaunchPlan l;
+  try {
+    RopePermTiling pt{};
+    bool served = false;
+    std::string why;
+    if (c.isPerm) {
+      try {
+        pt = compute_perm_tiling(c.problem, plat, maxBlockDim);
+        served = true;
+      } catch (const TilingError& e) {
+        why = e.what();
+      }
+    }
+    l.kind = choose_kernel(requested, c.isPerm, served, why);
+    if (l.kind == NpuKernel::PERM) {
+      l.perm = pt;
+      l.kernel = c.permKernel;
+      l.blockDim = pt.blockDim;
+      l.tiling = pack_perm_tiling(pt, c.partner, c.sign);
+      l.workspaceBytes = kSysWorkspace;  // no user workspace; the generated code still takes the system part
+    } else {
+      l.mix = compute_tiling(c.problem, plat, maxBlockDim, slotBytes);
+      if (patch) patch(l.mix);
+      l.kernel = c.kernel;
+      l.blockDim = l.mix.blockDim;
+      l.tiling = pack_tiling(l.mix, compute_matmul_tiling(l.mix, c.problem.xType, ascendc));
+      l.workspaceBytes = workspace_bytes(l.mix);
+    }
+  } catch (const TilingError& e) {
+    TORCH_CHECK_VALUE(false, e.what());
+  }
+  return l;
 }
 
 }  // namespace rope_matrix

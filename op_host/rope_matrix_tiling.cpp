@@ -36,7 +36,7 @@ uint32_t ub_bytes_per_element(uint32_t xBytes, uint32_t tableBytes) {
   return queues + temps;
 }
 
-RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t maxBlockDim) {
+RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t maxBlockDim, uint64_t slotBytes) {
   const uint32_t xb = p.xType == DType::FP32 ? 4 : 2;
   if (p.xBytes != xb) fail("xBytes = ", p.xBytes, " does not match the x dtype (", xb, " bytes)");
   if (p.tableBytes != xb && p.tableBytes != 4) fail("table element size ", p.tableBytes, " must be ", xb, " (x's) or 4 (float)");
@@ -78,13 +78,25 @@ RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t
   t.sRem = p.s % blocks;
   const uint64_t cubeMax = t.sBase + (t.sRem ? 1 : 0);
   uint64_t chunk = std::min<uint64_t>({maxChunk, ceil_div(cubeMax, 2), kMaxBlockCount});
-  // The matmul of one step has M = 2 * chunk * inner rows, an int32 in TCubeTiling.
-  chunk = std::min<uint64_t>(chunk, static_cast<uint64_t>(INT32_MAX) / (2 * p.inner));
-  if (chunk == 0) fail("inner = ", p.inner, " heads per S row do not fit one matmul (M would exceed 2^31)");
+  // Workspace bound: one step (2 * chunk S rows of a head group) must fit a slot of kSlotBytes.
+  // First the rows of a chunk shrink (wide BSND rows of many inner heads), then, at one row per
+  // vector core, the inner heads per step; the outer heads per step fill what is left.
+  if (slotBytes == 0 || slotBytes > kSlotBytes || slotBytes < 2 * p.d * p.xBytes) {
+    fail("slot of ", slotBytes, " bytes: must hold two rows (", 2 * p.d * p.xBytes, " bytes) and at most ", kSlotBytes);
+  }
+  const uint64_t slotMax = slotBytes / p.xBytes;  // elements
+  uint64_t innerChunk = p.inner;
+  if (2 * chunk * p.inner * p.d > slotMax) {
+    chunk = std::max<uint64_t>(1, slotMax / (2 * p.inner * p.d));
+    if (2 * chunk * p.inner * p.d > slotMax) innerChunk = slotMax / (2 * p.d);  // >= 1: 2 * D * 4 bytes << 1 MiB
+  }
+  const uint64_t outerChunk = std::min<uint64_t>(p.outer, slotMax / (2 * chunk * innerChunk * p.d));
   t.chunkRows = static_cast<uint32_t>(chunk);
   t.ubBytes = static_cast<uint32_t>(perRow * chunk);
-  t.headStride = 2 * chunk * p.inner * p.d;
-  t.slotElems = p.outer * t.headStride;
+  t.outerChunk = outerChunk;
+  t.innerChunk = innerChunk;
+  t.headStride = 2 * chunk * innerChunk * p.d;
+  t.slotElems = outerChunk * t.headStride;
   t.userWorkspace = static_cast<uint64_t>(t.blockDim) * kSlots * t.slotElems * p.xBytes;
   return t;
 }
@@ -103,7 +115,7 @@ std::vector<uint8_t> compute_matmul_tiling(const RopeMatrixTiling& t, DType xTyp
   using namespace matmul_tiling;
   const DataType dt = matmul_data_type(xType);
   if ((xType == DType::FP32) != (t.xBytes == 4)) fail("x dtype and xBytes = ", t.xBytes, " of the tiling disagree");
-  const int64_t m = 2ll * t.chunkRows * static_cast<int64_t>(t.inner);
+  const int64_t m = 2ll * t.chunkRows * static_cast<int64_t>(t.innerChunk);  // <= kSlotBytes / 2 elements
   const int32_t M = static_cast<int32_t>(m), D = static_cast<int32_t>(t.d);
   MultiCoreMatmulTiling api(plat);
   api.SetDim(static_cast<int32_t>(t.blockDim));

@@ -51,11 +51,13 @@ Platform platform_for_soc(const std::string& soc);
 // x, x@y, out and tables, two fp32 temporaries, fp32 tables unless they already are fp32).
 uint32_t ub_bytes_per_element(uint32_t xBytes, uint32_t tableBytes);
 
-// The tiling; `maxBlockDim` (0 = all) caps the AI Cores used. Throws TilingError.
-RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t maxBlockDim = 0);
+// The tiling; `maxBlockDim` (0 = all) caps the AI Cores used; `slotBytes` (tests only: smaller
+// slots exercise the head groups on small shapes) caps a workspace slot. Throws TilingError.
+RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t maxBlockDim = 0,
+                                uint64_t slotBytes = kSlotBytes);
 
 // Matmul tiling (CANN's MultiCoreMatmulTiling on `plat`, or the twin's equivalent) for the per-step
-// product [2*chunkRows*inner, D] @ [D, D] of x's type `xType`, written as the kernel's TCubeTiling
+// product [2*chunkRows*innerChunk, D] @ [D, D] of x's type `xType`, written as the kernel's TCubeTiling
 // bytes. Throws TilingError.
 std::vector<uint8_t> compute_matmul_tiling(const RopeMatrixTiling& t, DType xType,
                                            const platform_ascendc::PlatformAscendC& plat);
@@ -63,7 +65,35 @@ std::vector<uint8_t> compute_matmul_tiling(const RopeMatrixTiling& t, DType xTyp
 // The bytes the kernel's `tiling` argument points to: RopeMatrixTiling, then TCubeTiling.
 std::vector<uint8_t> pack_tiling(const RopeMatrixTiling& t, const std::vector<uint8_t>& cube);
 
-// Workspace bytes to allocate: system workspace + user workspace.
+// ---- the vector-only kernel for signed (partial) permutations ----
+
+// (partner, sign) per output column of y ([D, D] row-major, any float values): true when every
+// column holds at most one non-zero, +1 or -1, in a row used by no other column; then
+// (x @ y)[j] = sign[j] * x[partner[j]], partner[j] = -1 (and sign +1) for an all-zero column.
+bool find_signed_permutation(const double* y, uint64_t d, std::vector<int32_t>& partner, std::vector<float>& sign);
+
+// UB bytes per element of the dPad-wide row pitch the perm kernel allocates (double-buffered x,
+// out and tables, fp32 x and partner rows, Gather offsets and signs, fp32 tables unless they are).
+uint32_t perm_ub_bytes_per_element(uint32_t xBytes, uint32_t tableBytes);
+
+// The perm tiling: pure, unit-tested. `maxBlockDim` (0 = all) caps the vector cores used. Throws
+// TilingError when the shape is not served (the launcher then uses the MIX kernel).
+RopePermTiling compute_perm_tiling(const Problem& p, const Platform& plat, uint32_t maxBlockDim = 0);
+
+// The perm kernel's `tiling` bytes: RopePermTiling, padding to constOffset, then per tile element
+// the Gather byte offset into the fp32 x tile (an all-zero column and the padding columns read the
+// +0 slot after the tile) and the sign.
+std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector<int32_t>& partner,
+                                      const std::vector<float>& sign);
+
+// Which kernel serves a call: `requested` is "auto", "mix" or "perm" (anything else throws
+// TilingError listing them). "perm" needs a signed permutation and a perm tiling (else it throws
+// with the reason); "auto" takes perm whenever both hold.
+enum class NpuKernel { MIX, PERM };
+NpuKernel choose_kernel(const std::string& requested, bool isPerm, bool permServed, const std::string& permWhyNot);
+
+// Workspace bytes to allocate: system workspace + user workspace (at most kSysWorkspace +
+// blockDim * kSlots * kSlotBytes, whatever the shape).
 inline uint64_t workspace_bytes(const RopeMatrixTiling& t) { return kSysWorkspace + t.userWorkspace; }
 
 }  // namespace rope_matrix

@@ -1,8 +1,8 @@
 // The rope_matrix kernel, KERNEL_TYPE_MIX_AIC_1_2: out = x * cos + (x @ y) * sin.
 //
-// Cube core b: for each step, x rows (all heads) @ y -> workspace slot (step % 2), then flag READY.
-// Vector core 2b+s: for each step, wait READY, load its share of cos/sin rows once, and for every
-// head load x and x@y, compute in fp32 (Cast, Mul, Mul, Add, Cast CAST_RINT), store out; then flag
+// Cube core b: for each step (a row chunk x a head group), those x rows @ y -> workspace slot
+// (step % 2), then flag READY. Vector core 2b+s: per row chunk, load its share of cos/sin rows once;
+// per step, wait READY and for every head of the group load x and x@y, compute in fp32 (Cast, Mul, Mul, Add, Cast CAST_RINT), store out; then flag
 // FREE so the cube may refill the slot. The cube runs one step ahead of the vectors (two slots), so
 // matmul and vector work overlap. Rows, steps and offsets come from inc/rope_matrix_tiling.h.
 //
@@ -55,31 +55,49 @@ class RopeMatrixCube {
     const uint64_t b = AscendC::GetBlockIdx();
     uint64_t sBegin, rows;
     CubeRows(t_, b, sBegin, rows);
-    const uint64_t steps = Steps(t_, rows);
+    const uint64_t chunks = Steps(t_, rows);
+    const uint64_t groups = HeadGroups(t_);
     const uint64_t wsCore = b * kSlots * t_.slotElems;
     const uint64_t rowElems = t_.inner * t_.d;  // elements of one S row across the inner heads
     mm_.SetTensorB(yGm_);
-    for (uint64_t step = 0; step < steps; ++step) {
-      const uint32_t slot = static_cast<uint32_t>(step % kSlots);
-      if (step >= kSlots) {
-        // The vectors are done with what this slot held two steps ago.
-        AscendC::CrossCoreWaitFlag(kFlagFree0 + slot);
+    uint64_t step = 0;  // (chunk, head group) steps so far: the slot ring position
+    for (uint64_t c = 0; c < chunks; ++c) {
+      const uint64_t n = StepRows(t_, rows, c);
+      const uint64_t s0 = sBegin + c * 2ull * t_.chunkRows;
+      for (uint64_t g = 0; g < groups; ++g, ++step) {
+        const uint32_t slot = static_cast<uint32_t>(step % kSlots);
+        if (step >= kSlots) {
+          // The vectors are done with what this slot held two steps ago.
+          AscendC::CrossCoreWaitFlag(kFlagFree0 + slot);
+        }
+        uint64_t o0, on, i0, in;
+        HeadGroup(t_, g, o0, on, i0, in);
+        const uint64_t slotBase = wsCore + slot * t_.slotElems;
+        if (in == t_.inner) {
+          // Rows s0 .. s0+n of head o (all inner heads) are contiguous in x: one product per head.
+          mm_.SetTail(static_cast<int>(n * t_.inner), static_cast<int>(t_.d), static_cast<int>(t_.d));
+          for (uint64_t o = 0; o < on; ++o) {
+            mm_.SetTensorA(xGm_[((o0 + o) * t_.s + s0) * rowElems]);
+            mm_.IterateAll(wsGm_[slotBase + o * t_.headStride]);
+          }
+        } else {
+          // A slice of the inner heads: one product per S row (the slice is contiguous in x).
+          mm_.SetTail(static_cast<int>(in), static_cast<int>(t_.d), static_cast<int>(t_.d));
+          for (uint64_t o = 0; o < on; ++o) {
+            for (uint64_t r = 0; r < n; ++r) {
+              mm_.SetTensorA(xGm_[((o0 + o) * t_.s + s0 + r) * rowElems + i0 * t_.d]);
+              mm_.IterateAll(wsGm_[slotBase + o * t_.headStride + r * t_.innerChunk * t_.d]);
+            }
+          }
+        }
+        // FixPipe wrote the slot; raise READY once those writes are done.
+        AscendC::CrossCoreSetFlag<0x2, PIPE_FIX>(kFlagReady0 + slot);
       }
-      const uint64_t n = StepRows(t_, rows, step);
-      const uint64_t s0 = sBegin + step * 2ull * t_.chunkRows;
-      mm_.SetTail(static_cast<int>(n * t_.inner), static_cast<int>(t_.d), static_cast<int>(t_.d));
-      for (uint64_t o = 0; o < t_.outer; ++o) {
-        // Rows s0 .. s0+n of head o are contiguous in x ([outer, S, inner, D]): one product.
-        mm_.SetTensorA(xGm_[(o * t_.s + s0) * rowElems]);
-        mm_.IterateAll(wsGm_[wsCore + slot * t_.slotElems + o * t_.headStride]);
-      }
-      // FixPipe wrote the slot; raise READY once those writes are done.
-      AscendC::CrossCoreSetFlag<0x2, PIPE_FIX>(kFlagReady0 + slot);
     }
     // Consume the FREE signals of the last (up to two) steps so every counter ends at zero.
-    const uint64_t tail = steps < kSlots ? steps : kSlots;
-    for (uint64_t step = steps - tail; step < steps; ++step) {
-      AscendC::CrossCoreWaitFlag(kFlagFree0 + static_cast<uint32_t>(step % kSlots));
+    const uint64_t tail = step < kSlots ? step : kSlots;
+    for (uint64_t k = step - tail; k < step; ++k) {
+      AscendC::CrossCoreWaitFlag(kFlagFree0 + static_cast<uint32_t>(k % kSlots));
     }
     mm_.End();
   }
@@ -130,29 +148,55 @@ class RopeMatrixVec {
     const uint64_t b = (AscendC::GetBlockIdx() - sub) / kVecPerCube;
     uint64_t sBegin, rows;
     CubeRows(t_, b, sBegin, rows);
-    const uint64_t steps = Steps(t_, rows);
+    const uint64_t chunks = Steps(t_, rows);
+    const uint64_t groups = HeadGroups(t_);
     const uint64_t wsCore = b * kSlots * t_.slotElems;
-    for (uint64_t step = 0; step < steps; ++step) {
-      const uint32_t slot = static_cast<uint32_t>(step % kSlots);
-      AscendC::CrossCoreWaitFlag(kFlagReady0 + slot);
+    uint64_t step = 0;
+    for (uint64_t c = 0; c < chunks; ++c) {
       uint64_t first, n;
-      SubRows(StepRows(t_, rows, step), sub, first, n);
-      if (n > 0) {
-        ProcessRows(sBegin + step * 2ull * t_.chunkRows + first, first, static_cast<uint32_t>(n),
-                    wsCore + slot * t_.slotElems);
+      SubRows(StepRows(t_, rows, c), sub, first, n);
+      const uint64_t sRow = sBegin + c * 2ull * t_.chunkRows + first;
+      const uint32_t count = static_cast<uint32_t>(n) * t_.dPad;
+      // cos/sin rows of this chunk: loaded once, used for every head of every group.
+      AscendC::LocalTensor<TT> cosT, sinT;
+      AscendC::LocalTensor<float> cosF, sinF;
+      if (n > 0) LoadTables(sRow, static_cast<uint32_t>(n), cosT, sinT, cosF, sinF);
+      for (uint64_t g = 0; g < groups; ++g, ++step) {
+        const uint32_t slot = static_cast<uint32_t>(step % kSlots);
+        AscendC::CrossCoreWaitFlag(kFlagReady0 + slot);
+        if (n > 0) {
+          uint64_t o0, on, i0, in;
+          HeadGroup(t_, g, o0, on, i0, in);
+          const uint64_t slotBase = wsCore + slot * t_.slotElems;
+          const uint64_t rowElems = t_.inner * t_.d;
+          for (uint64_t o = 0; o < on; ++o) {
+            for (uint64_t i = 0; i < in; ++i) {
+              const uint64_t xOff = ((o0 + o) * t_.s + sRow) * rowElems + (i0 + i) * t_.d;
+              const uint64_t wOff = slotBase + o * t_.headStride + first * t_.innerChunk * t_.d + i * t_.d;
+              CopyIn(xOff, wOff, static_cast<uint32_t>(n));
+              Compute(cosF, sinF, count);
+              CopyOut(xOff, static_cast<uint32_t>(n));
+            }
+          }
+        }
+        // The last reads of this slot were MTE2 copies: FREE is raised once they completed.
+        AscendC::CrossCoreSetFlag<0x2, PIPE_MTE2>(kFlagFree0 + slot);
       }
-      // The last reads of this slot were MTE2 copies: FREE is raised once they completed.
-      AscendC::CrossCoreSetFlag<0x2, PIPE_MTE2>(kFlagFree0 + slot);
+      if (n > 0) {
+        inCos_.FreeTensor(cosT);
+        inSin_.FreeTensor(sinT);
+      }
     }
   }
 
  private:
   __aicore__ static inline uint32_t RoundUp32(uint32_t bytes) { return (bytes + 31) / 32 * 32; }
 
-  // S rows [sRow, sRow + n) of every head; `local` is their first row inside the step's slot.
-  __aicore__ inline void ProcessRows(uint64_t sRow, uint64_t local, uint32_t n, uint64_t slotBase) {
+  // cos/sin rows [sRow, sRow + n), dPad apart in UB, as fp32 (a cast once when they are not).
+  __aicore__ inline void LoadTables(uint64_t sRow, uint32_t n, AscendC::LocalTensor<TT>& cosT,
+                                    AscendC::LocalTensor<TT>& sinT, AscendC::LocalTensor<float>& cosF,
+                                    AscendC::LocalTensor<float>& sinF) {
     const uint32_t count = n * t_.dPad;
-    // cos/sin rows: loaded once, used for all outer * inner heads.
     AscendC::DataCopyExtParams tabCopy{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(TT)), 0,
                                        tGapBlocks_, 0};
     AscendC::DataCopyPadExtParams<TT> tabPad{false, 0, 0, TT{}};
@@ -162,9 +206,8 @@ class RopeMatrixVec {
     AscendC::LocalTensor<TT> sinIn = inSin_.template AllocTensor<TT>();
     AscendC::DataCopyPad(sinIn, sinGm_[sRow * t_.d], tabCopy, tabPad);
     inSin_.EnQue(sinIn);
-    AscendC::LocalTensor<TT> cosT = inCos_.template DeQue<TT>();
-    AscendC::LocalTensor<TT> sinT = inSin_.template DeQue<TT>();
-    AscendC::LocalTensor<float> cosF, sinF;
+    cosT = inCos_.template DeQue<TT>();
+    sinT = inSin_.template DeQue<TT>();
     if constexpr (AscendC::IsSameType<TT, float>::value) {
       cosF = cosT;
       sinF = sinT;
@@ -174,31 +217,20 @@ class RopeMatrixVec {
       AscendC::Cast(cosF, cosT, AscendC::RoundMode::CAST_NONE, count);
       AscendC::Cast(sinF, sinT, AscendC::RoundMode::CAST_NONE, count);
     }
-
-    const uint64_t rowElems = t_.inner * t_.d;
-    for (uint64_t o = 0; o < t_.outer; ++o) {
-      for (uint64_t i = 0; i < t_.inner; ++i) {
-        const uint64_t xOff = (o * t_.s + sRow) * rowElems + i * t_.d;
-        const uint64_t wOff = slotBase + o * t_.headStride + local * rowElems + i * t_.d;
-        CopyIn(xOff, wOff, n);
-        Compute(cosF, sinF, count);
-        CopyOut(xOff, n);
-      }
-    }
-    inCos_.FreeTensor(cosT);
-    inSin_.FreeTensor(sinT);
   }
 
-  // n rows of D elements, rows `inner * D` apart in GM (x and workspace share the layout).
+  // n rows of D elements: x rows `inner * D` apart in GM, workspace rows `innerChunk * D` apart.
   __aicore__ inline void CopyIn(uint64_t xOff, uint64_t wOff, uint32_t n) {
-    AscendC::DataCopyExtParams p{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(T)),
-                                 static_cast<uint32_t>((t_.inner - 1) * t_.d * sizeof(T)), xGapBlocks_, 0};
+    AscendC::DataCopyExtParams px{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(T)),
+                                  static_cast<uint32_t>((t_.inner - 1) * t_.d * sizeof(T)), xGapBlocks_, 0};
+    AscendC::DataCopyExtParams pw{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(T)),
+                                  static_cast<uint32_t>((t_.innerChunk - 1) * t_.d * sizeof(T)), xGapBlocks_, 0};
     AscendC::DataCopyPadExtParams<T> pad{false, 0, 0, T{}};
     AscendC::LocalTensor<T> xIn = inX_.template AllocTensor<T>();
-    AscendC::DataCopyPad(xIn, xGm_[xOff], p, pad);
+    AscendC::DataCopyPad(xIn, xGm_[xOff], px, pad);
     inX_.EnQue(xIn);
     AscendC::LocalTensor<T> rIn = inR_.template AllocTensor<T>();
-    AscendC::DataCopyPad(rIn, wsGm_[wOff], p, pad);
+    AscendC::DataCopyPad(rIn, wsGm_[wOff], pw, pad);
     inR_.EnQue(rIn);
   }
 

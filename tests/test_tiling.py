@@ -126,11 +126,68 @@ def test_no_32bit_overflow_beyond_2_pow_31_elements():
     assert outer * s * d >= 2**31
     assert t["s"] == s and t["outer"] == outer
     assert t["sBase"] * t["blockDim"] + t["sRem"] == s
-    assert t["slotElems"] == outer * t["headStride"]
+    assert t["slotElems"] == t["outerChunk"] * t["headStride"]
     assert t["userWorkspace"] == t["blockDim"] * 2 * t["slotElems"] * 2
     # The largest GM offset the kernel forms (last head, last row) needs 64 bits.
     last = ((outer - 1) * s + (s - 1)) * d
     assert last > 2**32 and last < 2**63
+
+
+SLOT_BYTES = 1 << 20  # one workspace slot at most; two per AI Core
+SYS_WS = 16 << 20
+
+
+def _heads(t):
+    """(outer, inner) heads covered by the head groups, each exactly once."""
+    go = -(-t["outer"] // t["outerChunk"])
+    gi = -(-t["inner"] // t["innerChunk"])
+    seen = set()
+    for g in range(go * gi):
+        o0, i0 = (g // gi) * t["outerChunk"], (g % gi) * t["innerChunk"]
+        for o in range(o0, min(t["outer"], o0 + t["outerChunk"])):
+            for i in range(i0, min(t["inner"], i0 + t["innerChunk"])):
+                assert (o, i) not in seen
+                seen.add((o, i))
+    return seen
+
+
+@pytest.mark.parametrize(
+    "outer,s,inner,d,x_dtype",
+    [
+        (24, 28800, 1, 128, "bfloat16"),  # the seed shape: unchanged, 24 heads per step
+        (2048, 1024, 1, 128, "bfloat16"),  # B*N = 2048: 1.06 GiB before the bound
+        (1, 28800, 2048, 128, "bfloat16"),  # BSND with many heads: chunk rows shrink
+        (1, 64, 8192, 128, "float32"),  # one S row is 4 MiB: the inner heads are split
+        (1, 3, 100000, 16, "bfloat16"),
+        (1 << 14, 1 << 10, 1, 128, "bfloat16"),  # 2^31 elements
+        (3, 1 << 20, 1000, 64, "float16"),  # 2^37.5 elements, BSND
+        (7, 1, 1, 5216, "bfloat16"),  # widest row
+        (1, 100003, 1, 3920, "float32"),
+    ],
+)
+def test_workspace_bounded_for_any_shape(outer, s, inner, d, x_dtype):
+    t = twin.tiling(outer, s, inner, d, x_dtype=x_dtype)
+    xb = 4 if x_dtype == "float32" else 2
+    assert t["slotElems"] * xb <= SLOT_BYTES
+    assert t["userWorkspace"] == t["blockDim"] * 2 * t["slotElems"] * xb <= t["blockDim"] * 2 * SLOT_BYTES
+    assert t["workspaceBytes"] <= SYS_WS + t["aicNum"] * (2 << 20)
+    assert t["headStride"] == 2 * t["chunkRows"] * t["innerChunk"] * d
+    assert t["slotElems"] == t["outerChunk"] * t["headStride"]
+    # one step of the largest head group fits the slot; the matmul's M is that step's rows
+    assert t["cube"]["M"] == 2 * t["chunkRows"] * t["innerChunk"] < 2**31
+    if outer * inner <= 20000:
+        assert len(_heads(t)) == outer * inner
+    # the groups are as large as the slot allows (no needless shrinking)
+    if t["innerChunk"] == inner and t["outerChunk"] < outer:
+        assert (t["outerChunk"] + 1) * t["headStride"] * xb > SLOT_BYTES
+
+
+def test_workspace_bound_at_2_pow_31_elements_and_beyond():
+    # 8.3 GiB of workspace before the bound for an x of 2^31 elements; now 16 MiB + 2 MiB per core.
+    for outer, s, inner in ((1 << 14, 1 << 10, 1), (1, 1 << 14, 1 << 10), (1 << 15, 1 << 10, 1)):
+        t = twin.tiling(outer, s, inner, 128)
+        assert outer * s * inner * 128 >= 2**31
+        assert t["workspaceBytes"] <= SYS_WS + 20 * (2 << 20)
 
 
 @pytest.mark.parametrize(
@@ -172,6 +229,69 @@ def test_largest_d_is_served_and_one_more_is_refused(x_dtype, table_dtype, dmax)
     assert t["chunkRows"] == 1 and t["ubBytes"] <= UB_BUDGET
     with pytest.raises(ValueError, match=f"the largest D served with these dtypes is {dmax}"):
         twin.tiling(1, 16, 1, dmax + 1, x_dtype=x_dtype, table_dtype=table_dtype)
+
+
+# ---- the vector-only kernel's tiling (op_host/rope_matrix_perm_tiling.cpp) ----------------------
+
+
+def _perm_work(t):
+    """{vector core: (S range, outer range)} as the kernel walks them (inc/rope_matrix_tiling.h)."""
+    work = {}
+    for v in range(t["blockDim"]):
+        sc, og = divmod(v, t["oGroups"])
+        s0 = sc * t["sBase"] + min(sc, t["sRem"])
+        o0 = og * t["oBase"] + min(og, t["oRem"])
+        ns = t["sBase"] + (1 if sc < t["sRem"] else 0)
+        no = t["oBase"] + (1 if og < t["oRem"] else 0)
+        work[v] = (range(s0, s0 + ns), range(o0, o0 + no))
+    return work
+
+
+@pytest.mark.parametrize("soc,aiv", [("Ascend910B3", 40), ("Ascend910B1", 48)])
+@pytest.mark.parametrize("outer", [1, 2, 3, 24, 97])
+def test_perm_every_row_exactly_once_any_s(soc, aiv, outer):
+    for s in list(range(1, 100)) + [1000, 1521, 28800, 100003]:
+        t = twin.perm_tiling(outer, s, 1, 128, soc=soc)
+        assert t["aivNum"] == aiv
+        assert t["sCores"] == min(aiv, s) and t["oGroups"] == min(outer, aiv // t["sCores"])
+        assert t["blockDim"] == t["sCores"] * t["oGroups"] <= aiv
+        work = _perm_work(t)
+        # the S ranges partition [0, S), the outer ranges partition [0, outer), and every core
+        # owns one (S range, outer range) pair: each (outer, S) row exactly once
+        s_ranges = sorted({(r.start, r.stop) for r, _ in work.values()})
+        o_ranges = sorted({(r.start, r.stop) for _, r in work.values()})
+        assert [a for a, _ in s_ranges] == [0] + [b for _, b in s_ranges[:-1]] and s_ranges[-1][1] == s
+        assert [a for a, _ in o_ranges] == [0] + [b for _, b in o_ranges[:-1]] and o_ranges[-1][1] == outer
+        assert all(a < b for a, b in s_ranges + o_ranges), f"S={s}: a core without rows"
+        pairs = {(r.start, q.start) for r, q in work.values()}
+        assert len(pairs) == len(work) == len(s_ranges) * len(o_ranges)
+        sizes = [len(r) for r, _ in work.values()]
+        assert max(sizes) - min(sizes) <= 1, s
+
+
+@pytest.mark.parametrize("d", [16, 44, 64, 80, 96, 128, 130, 1024, 3072])
+@pytest.mark.parametrize("x_dtype,table_dtype", [("bfloat16", "bfloat16"), ("bfloat16", "float32"),
+                                                 ("float16", "float16"), ("float32", "float32")])
+def test_perm_ub_within_budget(d, x_dtype, table_dtype):
+    t = twin.perm_tiling(24, 28800, 1, d, x_dtype=x_dtype, table_dtype=table_dtype)
+    xb = 4 if x_dtype == "float32" else 2
+    tb = 4 if table_dtype == "float32" else xb
+    per_row = _twin.perm_ub_bytes_per_element(xb, tb) * t["dPad"]
+    assert t["ubBytes"] == per_row * t["chunkRows"] + 32 <= UB_BUDGET
+    assert t["chunkRows"] == min((UB_BUDGET - 32) // per_row, -(-28800 // 40), 4095)
+    assert (t["dPad"] * xb) % 32 == 0 and (t["dPad"] * 4) % 32 == 0
+    assert t["constOffset"] % 32 == 0 and t["constOffset"] >= 104
+
+
+def test_perm_64bit_offsets():
+    # x of 2^33 elements; the last row's offset needs 64 bits, the tiling keeps them.
+    outer, s, inner, d = 64, 1 << 20, 1, 128
+    t = twin.perm_tiling(outer, s, inner, d)
+    assert t["outer"] == outer and t["s"] == s and t["sBase"] * t["sCores"] + t["sRem"] == s
+    t = twin.perm_tiling(3, 5, 1 << 22, 128)  # BSND, 2^31 elements in 15 S rows
+    assert t["inner"] == 1 << 22 and t["blockDim"] == 5 * 3
+    with pytest.raises(ValueError, match="exceeds DataCopyPad's 32-bit stride"):
+        twin.perm_tiling(1, 2, 1 << 25, 128)
 
 
 @pytest.mark.parametrize(

@@ -94,7 +94,8 @@ def _check_report(rep, x_rows_total):
 def test_twin_bit_exact(layout, bn, s, split, dt, tdt, mode, form):
     x, y, sin, cos = _inputs(layout, bn, s, split, dt, tdt, mode, form)
     before = [t.clone() for t in (x, y, sin, cos)]
-    out, rep = twin.run(x, y, sin, cos)
+    out, rep = twin.run(x, y, sin, cos, kernel="mix")
+    assert rep["kernel_kind"] == "mix"
     expected = rope_matrix_reference(x, y, sin, cos)
     cpu = torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos)
     assert out.shape == x.shape and out.dtype == x.dtype
@@ -110,7 +111,7 @@ def test_twin_bit_exact(layout, bn, s, split, dt, tdt, mode, form):
 )
 def test_twin_core_counts_from_platform(soc, cubes):
     x, y, sin, cos = _inputs("bnsd", 3, 1521, "d128", "bf16", "x", "half", 1)
-    out, rep = twin.run(x, y, sin, cos, soc=soc)
+    out, rep = twin.run(x, y, sin, cos, soc=soc, kernel="mix")
     assert rep["block_dim"] == cubes
     assert len([c for c in rep["cores"] if c["type"] == "AIV"]) == 2 * cubes
     torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
@@ -125,7 +126,7 @@ def test_twin_seed_shape_reduced_s():
     y = mode_matrix("interleave", [d], dtype=torch.bfloat16)
     sin = torch.randn(1, 1, s, d, generator=g).to(torch.bfloat16)
     cos = torch.randn(1, 1, s, d, generator=g).to(torch.bfloat16)
-    out, rep = twin.run(x, y, sin, cos)
+    out, rep = twin.run(x, y, sin, cos, kernel="mix")
     assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
     torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
     _check_report(rep, 24 * s)
@@ -159,7 +160,8 @@ def test_twin_dense_y_within_tolerance(dt):
     y = (torch.randn(64, 64, generator=g) / 8).to(dtype)
     sin = torch.randn(41, 64, generator=g).to(dtype)
     cos = torch.randn(41, 64, generator=g).to(dtype)
-    out, _ = twin.run(x, y, sin, cos)
+    out, rep = twin.run(x, y, sin, cos)
+    assert rep["kernel_kind"] == "mix"  # a dense y always takes the MIX kernel
     tol = {"bf16": {"rtol": 1.6e-2, "atol": 2e-2}, "fp16": {"rtol": 2e-3, "atol": 2e-3}}[dt]
     torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), **tol)
     torch.testing.assert_close(
@@ -169,25 +171,60 @@ def test_twin_dense_y_within_tolerance(dt):
 
 def test_twin_fp32_x():
     x, y, sin, cos = _inputs("bnsd", 3, 41, "d64", "fp32", "x", "half", 0)
-    out, rep = twin.run(x, y, sin, cos)
+    out, rep = twin.run(x, y, sin, cos, kernel="mix")
     torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
     _check_report(rep, x.numel() // x.shape[-1])
 
 
-def test_twin_views_honour_offsets_and_strides():
+@pytest.mark.parametrize("kernel", ["perm", "mix"])
+def test_twin_views_honour_offsets_and_strides(kernel):
     g = torch.Generator().manual_seed(3)
     big = torch.randn(3, 2, 41, 128, generator=g).to(torch.bfloat16)
     y = mode_matrix("half", [128], dtype=torch.bfloat16)
     sin = torch.randn(41, 128, generator=g).to(torch.bfloat16)
     cos = torch.randn(41, 128, generator=g).to(torch.bfloat16)
     for x in (big[1:], big[:, :, 1:40], big.transpose(1, 2).contiguous().transpose(1, 2)):
-        out, _ = twin.run(x, y, sin[: x.shape[2]], cos[: x.shape[2]])
+        out, rep = twin.run(x, y, sin[: x.shape[2]], cos[: x.shape[2]], kernel=kernel)
+        assert rep["kernel_kind"] == kernel
         torch.testing.assert_close(
             out, rope_matrix_reference(x, y, sin[: x.shape[2]], cos[: x.shape[2]]), rtol=0, atol=0
         )
 
 
-def test_twin_float_y_exact_and_mixed_table_dtypes():
+@pytest.mark.parametrize("kernel", ["perm", "mix"])
+def test_twin_float_y_exact_and_mixed_table_dtypes(kernel):
     x, y, sin, cos = _inputs("bnsd", 3, 41, "d128", "bf16", "x", "half", 0)
-    out, _ = twin.run(x, y.float(), sin, cos.float())
+    out, _ = twin.run(x, y.float(), sin, cos.float(), kernel=kernel)
     torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "layout,bn,s,d,slot_bytes,expect",
+    [
+        # BNSD, 24 heads: two outer heads per step (12 groups per row chunk)
+        ("bnsd", 24, 41, 128, 3000, {"outerChunk": 2, "innerChunk": 1}),
+        # BNSD, 3 heads, last group shorter
+        ("bnsd", 3, 100, 64, 3 * 2 * 3 * 64 * 2 - 2, {"outerChunk": 2, "innerChunk": 1}),
+        # BSND, 12 heads per S row: one row per vector core and 9 + 3 inner heads per step
+        ("bsnd", 24, 41, 128, 5000, {"chunkRows": 1, "outerChunk": 1, "innerChunk": 9}),
+        # BSND: rows per chunk shrink, all inner heads per step
+        ("bsnd", 3, 1000, 64, 6 * 3 * 64 * 2, {"chunkRows": 3, "innerChunk": 3}),
+    ],
+)
+def test_twin_bounded_workspace_head_groups(layout, bn, s, d, slot_bytes, expect):
+    # Small slots make small shapes go through the head groups and inner slices that a 1 MiB slot
+    # uses for large ones; the result stays bit-exact with the CPU kernel.
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(_layout_shape(layout, bn, s, d), generator=g).to(torch.bfloat16)
+    y = mode_matrix("interleave", [d], dtype=torch.bfloat16)
+    tshape = _table_shape(layout, 0, s, d)
+    sin = torch.randn(tshape, generator=g).to(torch.bfloat16)
+    cos = torch.randn(tshape, generator=g).to(torch.bfloat16)
+    out, rep = twin._run(x, y, sin, cos, soc="Ascend910B3", slot_bytes=slot_bytes, kernel="mix")
+    t = rep["tiling"]
+    for k, v in expect.items():
+        assert t[k] == v, (k, t)
+    assert t["slotElems"] * 2 <= slot_bytes
+    assert rep["workspace_bytes"] == (16 << 20) + t["blockDim"] * 2 * t["slotElems"] * 2
+    assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
+    _check_report(rep, x.numel() // x.shape[-1])

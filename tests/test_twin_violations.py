@@ -36,6 +36,11 @@ KERNEL_VARIANTS = [
     ("test_only_flag_overflow", "flag-counter-overflow", "AIC_"),
     ("test_only_deadlock", "deadlock", "all cores"),
     ("test_only_flag_unbalanced", "flag-unbalanced", "AIV_"),
+    ("test_only_mode2_one_vector_sets_twice", "deadlock", "all cores"),
+    ("test_only_flag_15_reserved", "flag-id", "AIC_"),
+    ("test_only_datacopy_block_count", "datacopy-range", "AIV_"),
+    ("test_only_datacopy_into_vecalc", "datacopy-position", "AIV_"),
+    ("test_only_uninitialized_workspace_read", "uninitialized-read", "AIV_"),
 ]
 
 
@@ -63,6 +68,23 @@ def test_deadlock_report_names_the_waiting_core_and_flag():
     with pytest.raises(twin.TwinError) as ei:
         twin._run(x, y, sin, cos, soc="Ascend910B3", variant="test_only_deadlock")
     assert "AIC_0 on flag 6" in str(ei.value)
+
+
+def test_mode2_flags_count_per_vector_core():
+    # One vector core setting twice must not satisfy the cube: the report names the counts.
+    x, y, sin, cos = _inputs()
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", variant="test_only_mode2_one_vector_sets_twice")
+    msg = str(ei.value)
+    assert "AIC_0 on flag 6" in msg
+    assert "mode-2 flag 6 of block 0: set 2 times by AIV_0, 0 by AIV_1" in msg
+
+
+def test_uninitialized_read_names_the_byte():
+    x, y, sin, cos = _inputs()
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", variant="test_only_uninitialized_workspace_read")
+    assert "read of GM 'workspace' bytes [0, 256) includes byte 0 that nothing wrote" in str(ei.value)
 
 
 def test_original_split_reads_past_the_tables():

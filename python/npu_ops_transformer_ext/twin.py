@@ -27,7 +27,7 @@ import torch
 
 from . import _twin
 
-__all__ = ["SOCS", "TwinError", "run", "tiling"]
+__all__ = ["SOCS", "TwinError", "perm_tiling", "run", "tiling"]
 
 #: SoCs whose core counts the twin knows (cube cores, vector cores).
 SOCS = {
@@ -61,6 +61,7 @@ def run(
     *,
     soc: str = "Ascend910B3",
     max_block_dim: int = 0,
+    kernel: str | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Runs ``rope_matrix(x, y, sin, cos)`` on the CPU twin of the NPU kernel.
 
@@ -71,11 +72,16 @@ def run(
 
     Args:
         soc: the SoC whose core counts the tiling uses (see ``SOCS``).
-        max_block_dim: cap on the AI Cores used (0 = as many as the tiling wants).
+        max_block_dim: cap on the AI Cores used (0 = as many as the tiling wants); for the
+            vector-only kernel, on the vector cores.
+        kernel: ``"auto"`` (the vector-only kernel when y is a signed, possibly partial,
+            permutation and its tiling serves the shape, else the MIX kernel), ``"perm"`` or
+            ``"mix"`` to force one; ``None`` reads ``NPU_OPS_NPU_KERNEL`` as the NPU launcher does
+            (``auto`` when unset).
 
     Returns:
-        ``(out, report)``. ``report`` holds ``soc``, ``block_dim``, ``kernel``, ``tiling`` (every
-        field of the tiling struct), ``workspace_bytes``, ``out_write_count_min/max`` (how often
+        ``(out, report)``. ``report`` holds ``soc``, ``block_dim``, ``kernel`` (the entry point),
+        ``kernel_kind`` (``"perm"`` or ``"mix"``), ``tiling`` (every field of that kernel's tiling struct), ``workspace_bytes``, ``out_write_count_min/max`` (how often
         each output byte was written: 1/1 when every row is covered exactly once) and ``cores``:
         per simulated core ``name``, ``type``, ``block``, ``sub``, ``gm_read``/``gm_write`` (bytes
         per tensor), ``gm_read_bytes``/``gm_write_bytes``, ``ub_peak_bytes``, ``flags_set``,
@@ -85,7 +91,9 @@ def run(
         TwinError: the kernel broke a hardware rule (see the exception's ``rule`` and ``core``).
         ValueError, TypeError: invalid inputs, with the same messages as the NPU launcher.
     """
-    return _run(x, y, sin, cos, soc=soc, max_block_dim=max_block_dim)
+    if kernel is not None and kernel not in ("auto", "mix", "perm"):
+        raise ValueError(f"kernel must be 'auto', 'mix' or 'perm' (or None for NPU_OPS_NPU_KERNEL), got {kernel!r}")
+    return _run(x, y, sin, cos, soc=soc, max_block_dim=max_block_dim, kernel=kernel or "")
 
 
 def tiling(
@@ -102,12 +110,35 @@ def tiling(
     """The host tiling for x viewed as ``[outer, S, inner, D]`` (a dict of every field, plus the
     platform's core counts, the workspace size and the matmul tiling under ``"cube"``).
     Raises ValueError with the numbers when no tiling can serve the shape."""
-    return _twin.tiling(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim)
+    return _twin.tiling(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim, _twin.SLOT_BYTES)
 
 
-def _run(x, y, sin, cos, *, soc, max_block_dim=0, variant="", tiling_patch=None, op_limit=0):
-    # variant / tiling_patch / op_limit exist for the twin's own violation tests only.
-    r = _twin.run(x, y, sin, cos, soc, max_block_dim, variant, tiling_patch or {}, op_limit)
+def perm_tiling(
+    outer: int,
+    s: int,
+    inner: int,
+    d: int,
+    *,
+    x_dtype: str = "bfloat16",
+    table_dtype: str = "bfloat16",
+    soc: str = "Ascend910B3",
+    max_block_dim: int = 0,
+) -> dict[str, Any]:
+    """The host tiling of the vector-only (signed permutation) kernel for x viewed as
+    ``[outer, S, inner, D]``. Raises ValueError with the numbers when it cannot serve the shape
+    (the launcher then runs the MIX kernel)."""
+    return _twin.perm_tiling(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim)
+
+
+def _run(
+    x, y, sin, cos, *, soc, max_block_dim=0, variant="", tiling_patch=None, op_limit=0, slot_bytes=0,
+    kernel="",
+):
+    # variant / tiling_patch / op_limit / slot_bytes exist for the twin's own tests only.
+    r = _twin.run(
+        x, y, sin, cos, soc, max_block_dim, variant, tiling_patch or {}, op_limit,
+        slot_bytes or _twin.SLOT_BYTES, kernel,
+    )
     if "error" in r:
         e = r["error"]
         raise TwinError(e["message"], e["rule"], e["core"])

@@ -310,6 +310,18 @@ class LocalTensor {
 
   // ---- twin internals ----
   T* ptr() const { return reinterpret_cast<T*>(::twin::core().ub.data() + off_); }
+  // GM -> UB copies land only in VECIN / VECOUT buffers on A2 (the MTE2 path of a TBuf<VECCALC>
+  // or another position is not a valid copy target).
+  void check_gm_to_ub_position(const char* api) const {
+    auto& pipe = ::twin::current_pipe(api);
+    if (buf_ < 0 || buf_ >= static_cast<int>(pipe.bufs.size())) return;  // check() reports it
+    const ::twin::BufInfo& b = pipe.bufs[buf_];
+    if (b.pos != TPosition::VECIN && b.pos != TPosition::VECOUT) {
+      ::twin::fail("datacopy-position", ::twin::str(api, ": GM -> UB into a ", b.is_tbuf ? "TBuf" : "TQue",
+                                                    " of position ", static_cast<int>(b.pos),
+                                                    " (A2 copies GM -> UB only into VECIN or VECOUT buffers)"));
+    }
+  }
   // Validates this tensor as an operand of `count` elements starting at element `first`.
   void check(uint64_t count, ::twin::Role role, const char* api, uint64_t first = 0, bool need_align = true) const {
     auto& pipe = ::twin::current_pipe(api);
@@ -615,6 +627,12 @@ inline void require_aiv(const char* api) {
                                                     "vector and GM<->UB instructions there"));
   }
 }
+// DataCopyPad moves at most 4095 blocks per instruction on A2 (a 12-bit field).
+inline void check_block_count(const char* api, uint32_t blockCount) {
+  if (blockCount > 4095) {
+    ::twin::fail("datacopy-range", ::twin::str(api, ": blockCount ", blockCount, " > 4095 (the A2 limit per copy)"));
+  }
+}
 }  // namespace detail
 
 // GM -> UB, `count` elements; count * sizeof(T) must be a multiple of 32 bytes.
@@ -622,6 +640,7 @@ template <typename T>
 __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const uint32_t count) {
   ::twin::tick();
   detail::require_aiv("DataCopy(GM->UB)");
+  dst.check_gm_to_ub_position("DataCopy(GM->UB)");
   const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(T);
   if (bytes % ::twin::kBlockBytes != 0) {
     ::twin::fail("datacopy-align", ::twin::str("DataCopy(GM->UB) of ", count, " x ", ::twin::type_name<T>(), " = ", bytes,
@@ -656,6 +675,7 @@ template <typename T>
 __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p) {
   ::twin::tick();
   detail::require_aiv("DataCopy(GM->UB, params)");
+  dst.check_gm_to_ub_position("DataCopy(GM->UB, params)");
   if (p.blockCount == 0 || p.blockLen == 0) return;
   const uint64_t blen = p.blockLen * 32ull, sg = p.srcStride * 32ull, dg = p.dstStride * 32ull;
   const uint64_t src_span = p.blockCount * blen + (p.blockCount - 1) * sg;
@@ -693,6 +713,8 @@ __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor
                                    const DataCopyPadExtParams<T>& pad) {
   ::twin::tick();
   detail::require_aiv("DataCopyPad(GM->UB)");
+  detail::check_block_count("DataCopyPad(GM->UB)", p.blockCount);
+  dst.check_gm_to_ub_position("DataCopyPad(GM->UB)");
   if (p.blockCount == 0 || p.blockLen == 0) return;
   if (p.blockLen % sizeof(T) != 0) {
     ::twin::fail("datacopy-align", ::twin::str("DataCopyPad blockLen ", p.blockLen, " bytes is not a multiple of sizeof(",
@@ -724,6 +746,7 @@ template <typename T>
 __aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p) {
   ::twin::tick();
   detail::require_aiv("DataCopyPad(UB->GM)");
+  detail::check_block_count("DataCopyPad(UB->GM)", p.blockCount);
   if (p.blockCount == 0 || p.blockLen == 0) return;
   if (p.blockLen % sizeof(T) != 0) {
     ::twin::fail("datacopy-align", ::twin::str("DataCopyPad blockLen ", p.blockLen, " bytes is not a multiple of sizeof(",
@@ -875,6 +898,8 @@ __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src
 }
 
 }  // namespace AscendC
+
+#include "twin/vec_gather_duplicate.h"
 
 using AscendC::TPosition;
 using AscendC::RoundMode;

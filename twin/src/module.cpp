@@ -12,6 +12,7 @@
 #include "op_host/rope_matrix_host.h"
 #include "op_host/rope_matrix_tiling.h"
 #include "op_kernel/rope_matrix_kernel_entries.h"
+#include "op_kernel/rope_matrix_perm_kernel_entries.h"
 #include "tiling/platform/platform_ascendc.h"
 #include "tiling/tiling_api.h"
 #include "twin/core.h"
@@ -32,6 +33,11 @@ TEST_ONLY(test_only_use_after_free)
 TEST_ONLY(test_only_flag_overflow)
 TEST_ONLY(test_only_deadlock)
 TEST_ONLY(test_only_flag_unbalanced)
+TEST_ONLY(test_only_mode2_one_vector_sets_twice)
+TEST_ONLY(test_only_flag_15_reserved)
+TEST_ONLY(test_only_datacopy_block_count)
+TEST_ONLY(test_only_datacopy_into_vecalc)
+TEST_ONLY(test_only_uninitialized_workspace_read)
 #undef TEST_ONLY
 
 namespace {
@@ -57,6 +63,11 @@ const std::map<std::string, KernelFn>& kernels() {
       {"rope_matrix_fp16_fp16", rope_matrix_fp16_fp16},
       {"rope_matrix_fp16_fp32", rope_matrix_fp16_fp32},
       {"rope_matrix_fp32_fp32", rope_matrix_fp32_fp32},
+      {"rope_matrix_perm_bf16_bf16", rope_matrix_perm_bf16_bf16},
+      {"rope_matrix_perm_bf16_fp32", rope_matrix_perm_bf16_fp32},
+      {"rope_matrix_perm_fp16_fp16", rope_matrix_perm_fp16_fp16},
+      {"rope_matrix_perm_fp16_fp32", rope_matrix_perm_fp16_fp32},
+      {"rope_matrix_perm_fp32_fp32", rope_matrix_perm_fp32_fp32},
   };
   return k;
 }
@@ -74,13 +85,30 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_flag_overflow", test_only_flag_overflow},
       {"test_only_deadlock", test_only_deadlock},
       {"test_only_flag_unbalanced", test_only_flag_unbalanced},
+      {"test_only_mode2_one_vector_sets_twice", test_only_mode2_one_vector_sets_twice},
+      {"test_only_flag_15_reserved", test_only_flag_15_reserved},
+      {"test_only_datacopy_block_count", test_only_datacopy_block_count},
+      {"test_only_datacopy_into_vecalc", test_only_datacopy_into_vecalc},
+      {"test_only_uninitialized_workspace_read", test_only_uninitialized_workspace_read},
   };
   return k;
 }
 
 #define TILING_FIELDS(X)                                                                                   \
   X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(outer) X(s) X(inner) \
-      X(sBase) X(sRem) X(headStride) X(slotElems) X(userWorkspace)
+      X(sBase) X(sRem) X(outerChunk) X(innerChunk) X(headStride) X(slotElems) X(userWorkspace)
+
+#define PERM_TILING_FIELDS(X)                                                                                 \
+  X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(sCores) X(oGroups) \
+      X(outer) X(s) X(inner) X(sBase) X(sRem) X(oBase) X(oRem) X(constOffset)
+
+py::dict perm_tiling_dict(const rope_matrix::RopePermTiling& t) {
+  py::dict d;
+#define X(f) d[#f] = t.f;
+  PERM_TILING_FIELDS(X)
+#undef X
+  return d;
+}
 
 py::dict tiling_dict(const rope_matrix::RopeMatrixTiling& t) {
   py::dict d;
@@ -133,11 +161,12 @@ auto host_call(F&& f) -> decltype(f()) {
 }
 
 py::dict tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, const std::string& x_dtype,
-                   const std::string& table_dtype, const std::string& soc, uint32_t max_block_dim) {
+                   const std::string& table_dtype, const std::string& soc, uint32_t max_block_dim,
+                   uint64_t slot_bytes) {
   return host_call([&] {
     const auto p = problem_from(outer, s, inner, d, x_dtype, table_dtype);
     const auto plat = rope_matrix::platform_for_soc(soc);
-    const auto t = rope_matrix::compute_tiling(p, plat, max_block_dim);
+    const auto t = rope_matrix::compute_tiling(p, plat, max_block_dim, slot_bytes);
     TwinPlatform tp(plat);
     const auto cube = rope_matrix::compute_matmul_tiling(t, p.xType, tp.ascendc);
     py::dict r = tiling_dict(t);
@@ -157,10 +186,22 @@ py::dict tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, const
   });
 }
 
+py::dict perm_tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, const std::string& x_dtype,
+                        const std::string& table_dtype, const std::string& soc, uint32_t max_block_dim) {
+  return host_call([&] {
+    const auto p = problem_from(outer, s, inner, d, x_dtype, table_dtype);
+    const auto plat = rope_matrix::platform_for_soc(soc);
+    py::dict r = perm_tiling_dict(rope_matrix::compute_perm_tiling(p, plat, max_block_dim));
+    r["aicNum"] = plat.aicNum;
+    r["aivNum"] = plat.aivNum;
+    return r;
+  });
+}
+
 // Runs one launch. Returns {"out": Tensor, "report": dict} or {"error": {...}} on a violation.
 py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin, const at::Tensor& cos,
                 const std::string& soc, uint32_t max_block_dim, const std::string& variant, const py::dict& patch,
-                uint64_t op_limit) {
+                uint64_t op_limit, uint64_t slot_bytes, const std::string& kernel) {
   npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x, y, sin, cos);
   TORCH_CHECK_VALUE(x.device().is_cpu(), "twin.run: tensors must be on the CPU, got ", x.device());
   rope_matrix::PreparedCall c = rope_matrix::prepare_call("rope_matrix", x, y, sin, cos);
@@ -172,15 +213,23 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
     return result;
   }
   const auto plat = host_call([&] { return rope_matrix::platform_for_soc(soc); });
-  rope_matrix::RopeMatrixTiling t = host_call([&] { return rope_matrix::compute_tiling(c.problem, plat, max_block_dim); });
-  if (patch.size()) patch_tiling(t, patch);
+  // The test-only broken kernels and tiling patches are MIX kernels / MIX tilings.
+  const std::string requested = !kernel.empty()                        ? kernel
+                                : (!variant.empty() || patch.size()) ? std::string("mix")
+                                                                      : rope_matrix::requested_kernel_from_env();
   TwinPlatform tp(plat);
-  const auto cube = host_call([&] { return rope_matrix::compute_matmul_tiling(t, c.problem.xType, tp.ascendc); });
-  std::vector<uint8_t> packed = rope_matrix::pack_tiling(t, cube);
+  rope_matrix::LaunchPlan plan = rope_matrix::plan_launch(
+      c, plat, tp.ascendc, requested, max_block_dim, slot_bytes,
+      patch.size() ? std::function<void(rope_matrix::RopeMatrixTiling&)>(
+                         [&](rope_matrix::RopeMatrixTiling& t) { patch_tiling(t, patch); })
+                   : nullptr);
+  const bool perm = plan.kind == rope_matrix::NpuKernel::PERM;
+  const rope_matrix::RopeMatrixTiling& t = plan.mix;
+  std::vector<uint8_t>& packed = plan.tiling;
 
   KernelFn fn = nullptr;
   if (variant.empty()) {
-    fn = kernels().at(c.kernel);
+    fn = kernels().at(plan.kernel);
   } else {
     auto it = test_only_kernels().find(variant);
     if (it == test_only_kernels().end()) throw py::value_error("unknown test-only variant '" + variant + "'");
@@ -189,7 +238,7 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
 
   // Workspace: system part + user part, filled with 0xFF (bf16/fp16 NaN) so that reading a slot
   // before the cube wrote it shows up as NaN in the output.
-  const uint64_t ws_bytes = rope_matrix::workspace_bytes(t);
+  const uint64_t ws_bytes = plan.workspaceBytes;
   std::unique_ptr<uint8_t[]> ws(new uint8_t[ws_bytes]);
   std::memset(ws.get() + rope_matrix::kSysWorkspace, 0xff, ws_bytes - rope_matrix::kSysWorkspace);
 
@@ -203,13 +252,17 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
   {
     py::gil_scoped_release nogil;
     try {
-      twin::Launch L(twin::KernelKind::MIX_AIC_1_2, static_cast<int>(t.blockDim), static_cast<int>(plat.aicNum));
+      twin::Launch L(perm ? twin::KernelKind::AIV_ONLY : twin::KernelKind::MIX_AIC_1_2, static_cast<int>(plan.blockDim),
+                     static_cast<int>(perm ? plat.aivNum : plat.aicNum));
       L.add_region("x", ptr(c.x), bytes(c.x));
       L.add_region("y", ptr(c.y), bytes(c.y));
       L.add_region("sin", ptr(c.sin), bytes(c.sin));
       L.add_region("cos", ptr(c.cos), bytes(c.cos));
       out_region = L.add_region("out", ptr(out), bytes(out), true);
-      L.add_region("workspace", ws.get(), ws_bytes);
+      // The system part (the library's) and the user part; reading a user byte nothing wrote in
+      // this launch is `uninitialized-read` (the NaN fill stays as a second line of defence).
+      L.add_region("sys_workspace", ws.get(), rope_matrix::kSysWorkspace);
+      L.add_region("workspace", ws.get() + rope_matrix::kSysWorkspace, ws_bytes - rope_matrix::kSysWorkspace, true, true);
       L.add_region("tiling", packed.data(), packed.size());
       L.set_workspace(ws.get(), ws_bytes);
       if (op_limit) L.set_op_limit(op_limit);
@@ -234,7 +287,7 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
     result["error"] = err;
     return result;
   }
-  const uint64_t row_bytes = t.d * t.xBytes;
+  const uint64_t row_bytes = c.problem.d * c.problem.xBytes;
   py::list cores;
   for (const auto& s : stats) {
     py::dict d;
@@ -258,16 +311,17 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
     d["flags_set"] = s.flags_set;
     d["flags_waited"] = s.flags_waited;
     // x rows (of D elements) the core handled: multiplied (cube) or written to out (vector).
-    auto it = s.gm.find(s.type == twin::CoreType::AIC ? "x" : "out");
+    auto it = s.gm.find(s.type == twin::CoreType::AIC ? "x" : "out");  // x rows: cube; out rows: vector
     const uint64_t b = it == s.gm.end() ? 0 : (s.type == twin::CoreType::AIC ? it->second.read : it->second.write);
     d["rows"] = b / row_bytes;
     cores.append(d);
   }
   py::dict report;
   report["soc"] = soc;
-  report["block_dim"] = t.blockDim;
-  report["kernel"] = variant.empty() ? c.kernel : variant;
-  report["tiling"] = tiling_dict(t);
+  report["block_dim"] = plan.blockDim;
+  report["kernel"] = variant.empty() ? plan.kernel : variant;
+  report["kernel_kind"] = perm ? "perm" : "mix";
+  report["tiling"] = perm ? perm_tiling_dict(plan.perm) : tiling_dict(t);
   report["workspace_bytes"] = ws_bytes;
   report["cores"] = cores;
   report["out_write_count_min"] = coverage_minmax[0];
@@ -283,10 +337,14 @@ PYBIND11_MODULE(_twin, m) {
   m.doc() = "CPU twin of the rope_matrix Ascend C kernel (see npu_ops_transformer_ext.twin)";
   m.def("run", &run_py, py::arg("x"), py::arg("y"), py::arg("sin"), py::arg("cos"), py::arg("soc"),
         py::arg("max_block_dim") = 0, py::arg("variant") = "", py::arg("tiling_patch") = py::dict(),
-        py::arg("op_limit") = 0);
-  m.def("tiling", &tiling_py, py::arg("outer"), py::arg("s"), py::arg("inner"), py::arg("d"),
+        py::arg("op_limit") = 0, py::arg("slot_bytes") = rope_matrix::kSlotBytes, py::arg("kernel") = "");
+  m.def("perm_tiling", &perm_tiling_py, py::arg("outer"), py::arg("s"), py::arg("inner"), py::arg("d"),
         py::arg("x_dtype") = "bfloat16", py::arg("table_dtype") = "bfloat16", py::arg("soc") = "Ascend910B3",
         py::arg("max_block_dim") = 0);
+  m.def("perm_ub_bytes_per_element", &rope_matrix::perm_ub_bytes_per_element);
+  m.def("tiling", &tiling_py, py::arg("outer"), py::arg("s"), py::arg("inner"), py::arg("d"),
+        py::arg("x_dtype") = "bfloat16", py::arg("table_dtype") = "bfloat16", py::arg("soc") = "Ascend910B3",
+        py::arg("max_block_dim") = 0, py::arg("slot_bytes") = rope_matrix::kSlotBytes);
   m.def("ub_bytes_per_element", &rope_matrix::ub_bytes_per_element);
   m.def("test_only_variants", [] {
     py::list l;
@@ -295,4 +353,5 @@ PYBIND11_MODULE(_twin, m) {
   });
   m.attr("UB_USABLE_BYTES") = twin::kUbUsableBytes;
   m.attr("SYS_WORKSPACE_BYTES") = rope_matrix::kSysWorkspace;
+  m.attr("SLOT_BYTES") = rope_matrix::kSlotBytes;
 }

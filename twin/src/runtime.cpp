@@ -61,8 +61,10 @@ Launch::Launch(KernelKind kind, int block_dim, int max_aic) : kind_(kind), block
 
 Launch::~Launch() = default;
 
-int Launch::add_region(const std::string& name, void* base, uint64_t bytes, bool track_writes) {
+int Launch::add_region(const std::string& name, void* base, uint64_t bytes, bool track_writes, bool init_check) {
   auto r = std::make_unique<GmRegion>();
+  r->init_check = init_check;
+  if (init_check) track_writes = true;
   r->name = name;
   r->base = static_cast<uint8_t*>(base);
   r->bytes = bytes;
@@ -93,6 +95,15 @@ void Launch::record_gm(int region, bool write, uint64_t off, uint64_t bytes) {
   GmRegion& r = *regions_[region];
   auto& t = c.stats->gm[r.name];
   (write ? t.write : t.read) += bytes;
+  if (!write && r.init_check) {
+    for (uint64_t i = off; i < off + bytes; ++i) {
+      if (r.write_count[i].load(std::memory_order_relaxed) == 0) {
+        fail("uninitialized-read", str("read of GM '", r.name, "' bytes [", off, ", ", off + bytes, ") includes byte ", i,
+                                       " that nothing wrote in this launch (the NPU would read stale data of an "
+                                       "earlier launch or another operator)"));
+      }
+    }
+  }
   if (write && r.track_writes) {
     for (uint64_t i = off; i < off + bytes; ++i) {
       uint8_t v = r.write_count[i].load(std::memory_order_relaxed);
@@ -127,6 +138,7 @@ void Launch::run(const std::function<void()>& body) {
   }
   counters_.assign(3 * B, {});
   arrivals_.assign(2 * B + 2, {});
+  pending_.assign(2 * B, {});
   waiting_on_.assign(3 * B, -1);
   stats_.assign(specs.size(), {});
   std::vector<std::unique_ptr<CoreCtx>> ctxs;
@@ -207,6 +219,15 @@ std::string Launch::deadlock_report_locked() {
     os << " " << name << " on flag " << waiting_on_[slot] << " (counter "
        << counters_[slot][waiting_on_[slot]] << ");";
   }
+  for (int g = 0; g < static_cast<int>(pending_.size()); ++g) {
+    for (int f = 0; f < static_cast<int>(kFlagIds); ++f) {
+      const auto& p = pending_[g][f];
+      if (p[0] == p[1]) continue;
+      const int b = g % B;
+      os << " mode-" << (g < B ? 2 : 1) << " flag " << f << " of block " << b << ": set " << p[0] << " times by AIV_"
+         << 2 * b << ", " << p[1] << " by AIV_" << 2 * b + 1 << " (the counter rises once BOTH have set);";
+    }
+  }
   os << " finished cores: " << (static_cast<int>(stats_.size()) - live_);
   return os.str();
 }
@@ -224,6 +245,9 @@ void Launch::cross_set(int mode, int flag) {
   }
   if (flag >= 11 && flag <= 14) {
     fail("flag-id", str("CrossCoreSetFlag flagId ", flag, " is reserved for SyncAll (11..14)"));
+  }
+  if (flag == static_cast<int>(kFlagKfc)) {
+    fail("flag-id", str("CrossCoreSetFlag flagId 15 is reserved for the Matmul API's KFC messages"));
   }
   if ((mode == 1 || mode == 2) && kind_ != KernelKind::MIX_AIC_1_1 && kind_ != KernelKind::MIX_AIC_1_2) {
     fail("crosscore-kernel-type", str("CrossCoreSetFlag mode ", mode, " needs KERNEL_TYPE_MIX_AIC_1_1/1_2, kernel is ",
@@ -244,24 +268,33 @@ void Launch::cross_set(int mode, int flag) {
     ++v;
   };
   const bool pair = kind_ == KernelKind::MIX_AIC_1_2;
+  // A vector core's set in mode 1/2: pending until the other vector core of the block has set too.
+  auto vector_pair_set = [&](int group, const std::function<void()>& release) {
+    if (!pair) return release();
+    auto& p = pending_[group][flag];
+    if (p[c.sub] + 1 > static_cast<int>(kFlagCounterMax)) {
+      fail("flag-counter-overflow", str("flag ", flag, ": ", c.name, " set it ", p[c.sub] + 1,
+                                        " times while the other vector core of block ", c.block, " did not"));
+    }
+    ++p[c.sub];
+    if (p[0] > 0 && p[1] > 0) {
+      --p[0];
+      --p[1];
+      release();
+    }
+  };
   if (mode == 2) {
     if (c.type == CoreType::AIC) {
       bump(2 * c.block);
       if (pair) bump(2 * c.block + 1);
     } else {
-      int& a = arrivals_[c.block][flag];
-      if (++a == (pair ? 2 : 1)) {
-        a = 0;
-        bump(2 * B + c.block);
-      }
+      vector_pair_set(c.block, [&] { bump(2 * B + c.block); });
     }
   } else if (mode == 1) {
-    int& a = arrivals_[B + c.block][flag];
-    if (++a == (pair ? 2 : 1)) {
-      a = 0;
+    vector_pair_set(B + c.block, [&] {
       bump(2 * c.block);
       if (pair) bump(2 * c.block + 1);
-    }
+    });
   } else {  // mode 0: every core of this type of the launch
     const bool aic = c.type == CoreType::AIC;
     int& a = arrivals_[2 * B + (aic ? 0 : 1)][flag];
@@ -285,6 +318,9 @@ void Launch::cross_wait(int flag) {
   }
   if (flag < 0 || flag >= static_cast<int>(kFlagIds)) {
     fail("flag-id", str("CrossCoreWaitFlag flagId ", flag, " is outside 0..15"));
+  }
+  if (flag == static_cast<int>(kFlagKfc)) {
+    fail("flag-id", str("CrossCoreWaitFlag flagId 15 is reserved for the Matmul API's KFC messages"));
   }
   std::unique_lock<std::mutex> lk(mu_);
   int& v = counters_[c.slot][flag];
@@ -311,6 +347,18 @@ void Launch::finish_checks() {
         throw Violation(name, "flag-unbalanced",
                         str("flag ", f, " counter is ", counters_[slot][f],
                             " at kernel end: a set without its wait (the next launch would start with a stale flag)"));
+      }
+    }
+  }
+  for (size_t g = 0; g < pending_.size(); ++g) {
+    for (int f = 0; f < static_cast<int>(kFlagIds); ++f) {
+      const auto& p = pending_[g][f];
+      if (p[0] || p[1]) {
+        const int b = static_cast<int>(g) % B;
+        throw Violation(str("block ", b), "flag-unbalanced",
+                        str("flag ", f, ": AIV_", 2 * b, " set it ", p[0], " times, AIV_", 2 * b + 1, " ", p[1],
+                            " times; the ", p[0] > p[1] ? p[0] - p[1] : p[1] - p[0],
+                            " unmatched sets never reached the target before kernel end"));
       }
     }
   }

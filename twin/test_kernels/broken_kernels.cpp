@@ -156,3 +156,78 @@ BROKEN_ENTRY(test_only_flag_unbalanced) {
     CrossCoreSetFlag<0x2, PIPE_FIX>(rope_matrix::kFlagReady0);
   }
 }
+
+// Mode 2: AIV_0 answers FREE twice, AIV_1 never. The cube's counter rises only when BOTH vector
+// cores have set, so the cube waits forever (a twin counting sets per block would let it pass).
+BROKEN_ENTRY(test_only_mode2_one_vector_sets_twice) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIC {
+    CrossCoreWaitFlag(rope_matrix::kFlagFree0);
+  }
+  if ASCEND_IS_AIV {
+    if (GetBlockIdx() == 0) {
+      CrossCoreSetFlag<0x2, PIPE_MTE2>(rope_matrix::kFlagFree0);
+      CrossCoreSetFlag<0x2, PIPE_MTE2>(rope_matrix::kFlagFree0);
+    }
+  }
+}
+
+// Flag 15 carries the Matmul API's KFC messages: a user set would corrupt them.
+BROKEN_ENTRY(test_only_flag_15_reserved) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIC {
+    CrossCoreSetFlag<0x2, PIPE_FIX>(15);
+  }
+  if ASCEND_IS_AIV {
+    CrossCoreWaitFlag(15);
+  }
+}
+
+// One DataCopyPad of 4096 rows: the A2 limit is 4095 blocks per copy.
+BROKEN_ENTRY(test_only_datacopy_block_count) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TQue<TPosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 1, 4096 * 32);
+    LocalTensor<bfloat16_t> t = q.AllocTensor<bfloat16_t>();
+    DataCopyExtParams p{4096, 2, 0, 0, 0};
+    DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
+    DataCopyPad(t, c.x, p, pad);
+    q.FreeTensor(t);
+  }
+}
+
+// GM -> UB straight into a TBuf<VECCALC>: A2 copies GM -> UB only into VECIN / VECOUT buffers.
+BROKEN_ENTRY(test_only_datacopy_into_vecalc) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 1024);
+    LocalTensor<bfloat16_t> t = b.Get<bfloat16_t>();
+    DataCopyExtParams p{1, static_cast<uint32_t>(c.t.d * sizeof(bfloat16_t)), 0, 0, 0};
+    DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
+    DataCopyPad(t, c.x, p, pad);
+  }
+}
+
+// The vectors read a workspace slot the cube never filled (no READY wait, no matmul).
+BROKEN_ENTRY(test_only_uninitialized_workspace_read) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    GlobalTensor<bfloat16_t> ws;
+    ws.SetGlobalBuffer((__gm__ bfloat16_t*)GetUserWorkspace(workspace), c.t.slotElems);
+    TQue<TPosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 1, 1024);
+    LocalTensor<bfloat16_t> t = q.AllocTensor<bfloat16_t>();
+    DataCopyExtParams p{1, static_cast<uint32_t>(c.t.d * sizeof(bfloat16_t)), 0, 0, 0};
+    DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
+    DataCopyPad(t, ws, p, pad);
+    q.FreeTensor(t);
+  }
+}

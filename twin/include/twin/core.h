@@ -50,6 +50,7 @@ constexpr uint32_t kMaxQueBuffersPerPosition = 8;   // TQue buffers on one TPosi
 constexpr uint32_t kMaxPipeBuffers = 64;            // buffers managed by one TPipe
 constexpr uint32_t kFlagIds = 16;                   // cross-core flag ids per core
 constexpr uint32_t kFlagCounterMax = 15;            // cross-core flag counter range 0..15
+constexpr uint32_t kFlagKfc = 15;                   // flag id the Matmul KFC messaging reserves
 constexpr uint64_t kSysWorkspaceBytes = 16u << 20;  // system workspace (RESERVED_WORKSPACE)
 constexpr uint64_t kDefaultOpLimit = 200000000;     // API calls per core before "runaway"
 
@@ -58,6 +59,7 @@ struct GmRegion {
   uint8_t* base = nullptr;
   uint64_t bytes = 0;
   bool track_writes = false;                // count writes per byte (output coverage)
+  bool init_check = false;                  // reading a byte never written is `uninitialized-read`
   std::unique_ptr<std::atomic<uint8_t>[]> write_count;
 };
 
@@ -116,7 +118,8 @@ class Launch {
   ~Launch();
 
   // GM registry: every pointer a kernel receives must lie inside a registered region.
-  int add_region(const std::string& name, void* base, uint64_t bytes, bool track_writes = false);
+  int add_region(const std::string& name, void* base, uint64_t bytes, bool track_writes = false,
+                 bool init_check = false);
   int find_region(const void* p) const;  // -1 if none
   const GmRegion& region(int id) const { return *regions_[id]; }
   void set_workspace(void* base, uint64_t bytes) {
@@ -163,7 +166,11 @@ class Launch {
   int live_ = 0, waiting_ = 0;
   // counters[slot][flag]; slots: AIV 2b+s at [0, 2B), AIC b at [2B, 3B)
   std::vector<std::array<int, kFlagIds>> counters_;
-  std::vector<std::array<int, kFlagIds>> arrivals_;  // mode 1/2 accumulators per block, mode 0 per type
+  std::vector<std::array<int, kFlagIds>> arrivals_;  // mode 0 accumulators per core type
+  // mode 2 (AIV -> AIC, [0, B)) and mode 1 (AIV pair, [B, 2B)) sets pending per vector sub-block:
+  // the target's counter rises only when BOTH vector cores of the block have set (the hardware
+  // counts each AIV's sets separately; one AIV setting twice does not stand in for the other).
+  std::vector<std::array<std::array<int, 2>, kFlagIds>> pending_;
   std::vector<int> waiting_on_;                       // per slot: flag id or -1
   std::unique_ptr<Violation> first_;
 };

@@ -1,0 +1,198 @@
+// The rope_matrix vector-only kernel for a signed (partial) permutation y, KERNEL_TYPE_AIV_ONLY:
+// out[j] = x[j] * cos[j] + x[partner[j]] * (sign[j] * sin[j]), no cube, no workspace.
+//
+// x @ y for such a y is an exact move and negation of elements, so no matmul is needed: the vector
+// core reads x once, finds each element's partner in UB with one Gather (byte offsets precomputed
+// by the host for a whole tile, an all-zero column of y reads a +0 slot), and writes out once.
+// The sign of y's column is folded into the sin row once per table row (an exact multiplication
+// by +-1); cos/sin rows are loaded once per row chunk and reused for every head. The arithmetic is
+// the CPU kernel's: fp32, x*cos, partner*sin, their sum, one rounding (CAST_RINT) to x's dtype,
+// so Inf stays Inf, -0 stays -0 and a NaN reaches only its own and its partner's output.
+//
+// Work split (inc/rope_matrix_tiling.h, RopePermTiling): vector core v = GetBlockIdx() takes S rows
+// of S-core v / oGroups and outer heads of group v % oGroups, in chunks of up to chunkRows rows.
+//
+// The same source compiles with bisheng for the NPU and with g++ against twin/include.
+#pragma once
+
+#include "kernel_operator.h"
+
+#include "inc/rope_matrix_tiling.h"
+
+namespace rope_matrix {
+
+// Copies a tiling struct from GM byte by byte (no aliasing of its 64-bit fields).
+template <typename S>
+__aicore__ inline void CopyPermTiling(S* dst, GM_ADDR src) {
+  AscendC::GlobalTensor<uint8_t> g;
+  g.SetGlobalBuffer((__gm__ uint8_t*)src, sizeof(S));
+  uint8_t* d = reinterpret_cast<uint8_t*>(dst);
+  for (uint32_t i = 0; i < sizeof(S); ++i) {
+    d[i] = g.GetValue(i);
+  }
+}
+
+// T: x / out type; TT: sin / cos type (T or float).
+template <typename T, typename TT>
+class RopeMatrixPerm {
+ public:
+  __aicore__ inline void Init(GM_ADDR x, GM_ADDR sin, GM_ADDR cos, GM_ADDR out, GM_ADDR tiling,
+                              const RopePermTiling& t, AscendC::TPipe* pipe) {
+    t_ = t;
+    const uint64_t xElems = t.outer * t.s * t.inner * t.d;
+    xGm_.SetGlobalBuffer((__gm__ T*)x, xElems);
+    outGm_.SetGlobalBuffer((__gm__ T*)out, xElems);
+    sinGm_.SetGlobalBuffer((__gm__ TT*)sin, t.s * t.d);
+    cosGm_.SetGlobalBuffer((__gm__ TT*)cos, t.s * t.d);
+    const uint32_t tile = t.chunkRows * t.dPad;  // elements of one UB tile (row pitch dPad)
+    constGm_.SetGlobalBuffer((__gm__ uint32_t*)(tiling + t.constOffset), 2ull * tile);
+    pipe->InitBuffer(inX_, 2, tile * sizeof(T));
+    pipe->InitBuffer(inCos_, 2, tile * sizeof(TT));
+    pipe->InitBuffer(inSin_, 2, tile * sizeof(TT));
+    pipe->InitBuffer(constQ_, 1, 2 * tile * sizeof(uint32_t));
+    pipe->InitBuffer(outQ_, 2, tile * sizeof(T));
+    pipe->InitBuffer(xF_, (tile + kZeroSlotElems) * sizeof(float));  // + the +0 slot of all-zero columns
+    pipe->InitBuffer(pF_, tile * sizeof(float));
+    if constexpr (!AscendC::IsSameType<TT, float>::value) {
+      pipe->InitBuffer(cosF_, tile * sizeof(float));
+      pipe->InitBuffer(sinF_, tile * sizeof(float));
+    }
+    xGapBlocks_ = (t.dPad * sizeof(T) - RoundUp32(t.d * sizeof(T))) / 32;
+    tGapBlocks_ = (t.dPad * sizeof(TT) - RoundUp32(t.d * sizeof(TT))) / 32;
+    // Gather offsets (uint32 bytes into xF, per tile element) then signs (float +-1), one copy.
+    AscendC::LocalTensor<uint32_t> c = constQ_.template AllocTensor<uint32_t>();
+    AscendC::DataCopyExtParams cp{1, 2 * tile * static_cast<uint32_t>(sizeof(uint32_t)), 0, 0, 0};
+    AscendC::DataCopyPadExtParams<uint32_t> cpad{false, 0, 0, 0};
+    AscendC::DataCopyPad(c, constGm_, cp, cpad);
+    constQ_.EnQue(c);
+    consts_ = constQ_.template DeQue<uint32_t>();
+    AscendC::LocalTensor<float> zero = xF_.template Get<float>();
+    AscendC::Duplicate(zero[tile], 0.0f, static_cast<int32_t>(kZeroSlotElems));
+  }
+
+  __aicore__ inline void Process() {
+    const uint64_t v = AscendC::GetBlockIdx();
+    uint64_t sBegin, rows, oBegin, heads;
+    PermCoreWork(t_, v, sBegin, rows, oBegin, heads);
+    const uint32_t tile = t_.chunkRows * t_.dPad;
+    AscendC::LocalTensor<uint32_t> offsets = consts_;
+    AscendC::LocalTensor<float> sign = consts_[tile].template ReinterpretCast<float>();
+    const uint64_t rowElems = t_.inner * t_.d;
+    for (uint64_t r0 = 0; r0 < rows; r0 += t_.chunkRows) {
+      const uint32_t n = static_cast<uint32_t>(rows - r0 < t_.chunkRows ? rows - r0 : t_.chunkRows);
+      const uint32_t count = n * t_.dPad;
+      const uint64_t sRow = sBegin + r0;
+      AscendC::LocalTensor<TT> cosT, sinT;
+      AscendC::LocalTensor<float> cosF, sinF;
+      LoadTables(sRow, n, cosT, sinT, cosF, sinF);
+      AscendC::Mul(sinF, sinF, sign, static_cast<int32_t>(count));  // the sign of y, once per table row
+      for (uint64_t o = oBegin; o < oBegin + heads; ++o) {
+        for (uint64_t i = 0; i < t_.inner; ++i) {
+          const uint64_t xOff = (o * t_.s + sRow) * rowElems + i * t_.d;
+          CopyIn(xOff, n);
+          Compute(cosF, sinF, offsets, count);
+          CopyOut(xOff, n);
+        }
+      }
+      inCos_.FreeTensor(cosT);
+      inSin_.FreeTensor(sinT);
+    }
+    constQ_.FreeTensor(consts_);
+  }
+
+ private:
+  static constexpr uint32_t kZeroSlotElems = 8;  // one 32-byte block of fp32 zeros
+  __aicore__ static inline uint32_t RoundUp32(uint32_t bytes) { return (bytes + 31) / 32 * 32; }
+
+  __aicore__ inline void LoadTables(uint64_t sRow, uint32_t n, AscendC::LocalTensor<TT>& cosT,
+                                    AscendC::LocalTensor<TT>& sinT, AscendC::LocalTensor<float>& cosF,
+                                    AscendC::LocalTensor<float>& sinF) {
+    const uint32_t count = n * t_.dPad;
+    AscendC::DataCopyExtParams tabCopy{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(TT)), 0,
+                                       tGapBlocks_, 0};
+    AscendC::DataCopyPadExtParams<TT> tabPad{false, 0, 0, TT{}};
+    AscendC::LocalTensor<TT> cosIn = inCos_.template AllocTensor<TT>();
+    AscendC::DataCopyPad(cosIn, cosGm_[sRow * t_.d], tabCopy, tabPad);
+    inCos_.EnQue(cosIn);
+    AscendC::LocalTensor<TT> sinIn = inSin_.template AllocTensor<TT>();
+    AscendC::DataCopyPad(sinIn, sinGm_[sRow * t_.d], tabCopy, tabPad);
+    inSin_.EnQue(sinIn);
+    cosT = inCos_.template DeQue<TT>();
+    sinT = inSin_.template DeQue<TT>();
+    if constexpr (AscendC::IsSameType<TT, float>::value) {
+      cosF = cosT;
+      sinF = sinT;
+    } else {
+      cosF = cosF_.template Get<float>();
+      sinF = sinF_.template Get<float>();
+      AscendC::Cast(cosF, cosT, AscendC::RoundMode::CAST_NONE, count);
+      AscendC::Cast(sinF, sinT, AscendC::RoundMode::CAST_NONE, count);
+    }
+  }
+
+  // n rows of D elements, rows `inner * D` apart in GM.
+  __aicore__ inline void CopyIn(uint64_t xOff, uint32_t n) {
+    AscendC::DataCopyExtParams p{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(T)),
+                                 static_cast<uint32_t>((t_.inner - 1) * t_.d * sizeof(T)), xGapBlocks_, 0};
+    AscendC::DataCopyPadExtParams<T> pad{false, 0, 0, T{}};
+    AscendC::LocalTensor<T> xIn = inX_.template AllocTensor<T>();
+    AscendC::DataCopyPad(xIn, xGm_[xOff], p, pad);
+    inX_.EnQue(xIn);
+  }
+
+  // out = x * cos + partner(x) * signed sin in fp32, one rounding (CAST_RINT) to T.
+  __aicore__ inline void Compute(const AscendC::LocalTensor<float>& cosF, const AscendC::LocalTensor<float>& sinF,
+                                 const AscendC::LocalTensor<uint32_t>& offsets, uint32_t count) {
+    AscendC::LocalTensor<T> xIn = inX_.template DeQue<T>();
+    AscendC::LocalTensor<float> xF = xF_.template Get<float>();
+    AscendC::LocalTensor<float> pF = pF_.template Get<float>();
+    if constexpr (AscendC::IsSameType<T, float>::value) {
+      AscendC::DataCopy(xF, xIn, count);  // an exact copy next to the +0 slot
+    } else {
+      AscendC::Cast(xF, xIn, AscendC::RoundMode::CAST_NONE, count);
+    }
+    inX_.FreeTensor(xIn);
+    AscendC::Gather(pF, xF, offsets, 0u, count);
+    AscendC::Mul(xF, xF, cosF, static_cast<int32_t>(count));
+    AscendC::Mul(pF, pF, sinF, static_cast<int32_t>(count));
+    AscendC::LocalTensor<T> outT = outQ_.template AllocTensor<T>();
+    if constexpr (AscendC::IsSameType<T, float>::value) {
+      AscendC::Add(outT, xF, pF, static_cast<int32_t>(count));
+    } else {
+      AscendC::Add(xF, xF, pF, static_cast<int32_t>(count));
+      AscendC::Cast(outT, xF, AscendC::RoundMode::CAST_RINT, count);
+    }
+    outQ_.EnQue(outT);
+  }
+
+  __aicore__ inline void CopyOut(uint64_t xOff, uint32_t n) {
+    AscendC::LocalTensor<T> outT = outQ_.template DeQue<T>();
+    AscendC::DataCopyExtParams p{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(T)), xGapBlocks_,
+                                 static_cast<uint32_t>((t_.inner - 1) * t_.d * sizeof(T)), 0};
+    AscendC::DataCopyPad(outGm_[xOff], outT, p);
+    outQ_.FreeTensor(outT);
+  }
+
+  RopePermTiling t_;
+  uint32_t xGapBlocks_ = 0, tGapBlocks_ = 0;
+  AscendC::GlobalTensor<T> xGm_, outGm_;
+  AscendC::GlobalTensor<TT> sinGm_, cosGm_;
+  AscendC::GlobalTensor<uint32_t> constGm_;
+  AscendC::TQue<AscendC::TPosition::VECIN, 1> inX_, inCos_, inSin_, constQ_;
+  AscendC::TQue<AscendC::TPosition::VECOUT, 1> outQ_;
+  AscendC::TBuf<AscendC::TPosition::VECCALC> xF_, pF_, cosF_, sinF_;
+  AscendC::LocalTensor<uint32_t> consts_;
+};
+
+// The body every perm entry point shares.
+template <typename T, typename TT>
+__aicore__ inline void RopeMatrixPermKernel(GM_ADDR x, GM_ADDR sin, GM_ADDR cos, GM_ADDR out, GM_ADDR tiling) {
+  RopePermTiling t;
+  CopyPermTiling(&t, tiling);
+  AscendC::TPipe pipe;
+  RopeMatrixPerm<T, TT> op;
+  op.Init(x, sin, cos, out, tiling, t, &pipe);
+  op.Process();
+}
+
+}  // namespace rope_matrix

@@ -1,0 +1,63 @@
+// The twin's Gather (level 2), Duplicate and UB -> UB DataCopy, as asc-devkit declares them
+// (kernel_operator_vec_gather_intf.h, kernel_operator_vec_duplicate_intf.h,
+// kernel_operator_data_copy_intf.h). Included at the end of kernel_operator.h.
+#pragma once
+
+namespace AscendC {
+
+// dst[i] = the element of src at byte offset srcOffset[i] + srcBaseOffset, for i < count. Every
+// offset must be a multiple of sizeof(T) and lie inside src's buffer (the NPU would read any UB).
+template <typename T>
+__aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<uint32_t>& srcOffset,
+                              const uint32_t srcBaseOffset, const uint32_t count) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 4, "Gather: A2 gathers 16- or 32-bit elements");
+  ::twin::tick();
+  detail::require_aiv("Gather");
+  if (count == 0) return;
+  srcOffset.check(count, ::twin::Role::VecRead, "Gather (offsets)");
+  dst.check(count, ::twin::Role::VecWrite, "Gather");
+  src.check(0, ::twin::Role::VecRead, "Gather (src)");
+  const uint64_t srcBytes = static_cast<uint64_t>(src.GetSize()) * sizeof(T);
+  const uint32_t* off = srcOffset.ptr();
+  const uint8_t* base = reinterpret_cast<const uint8_t*>(src.ptr());
+  std::vector<T> tmp(count);  // dst may alias src on the NPU only through separate instructions
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint64_t o = static_cast<uint64_t>(off[i]) + srcBaseOffset;
+    if (o % sizeof(T) != 0 || o + sizeof(T) > srcBytes) {
+      ::twin::fail("gather-offset", ::twin::str("Gather offset[", i, "] = ", off[i], " (+ base ", srcBaseOffset,
+                                                ") is not a multiple of ", sizeof(T), " inside the ", srcBytes,
+                                                "-byte source"));
+    }
+    std::memcpy(&tmp[i], base + o, sizeof(T));
+  }
+  std::memcpy(dst.ptr(), tmp.data(), count * sizeof(T));
+}
+
+// dst[i] = scalarValue for i < count.
+template <typename T>
+__aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue, const int32_t& count) {
+  ::twin::tick();
+  detail::require_aiv("Duplicate");
+  if (count < 0) ::twin::fail("vector-count", ::twin::str("Duplicate: count ", count, " < 0"));
+  if (count == 0) return;
+  dst.check(count, ::twin::Role::VecWrite, "Duplicate");
+  T* d = dst.ptr();
+  for (int32_t i = 0; i < count; ++i) d[i] = scalarValue;
+}
+
+// UB -> UB copy of count elements (a multiple of 32 bytes), bit for bit.
+template <typename T>
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint32_t count) {
+  ::twin::tick();
+  detail::require_aiv("DataCopy(UB->UB)");
+  const uint64_t bytes = static_cast<uint64_t>(count) * sizeof(T);
+  if (bytes % ::twin::kBlockBytes != 0) {
+    ::twin::fail("datacopy-align", ::twin::str("DataCopy(UB->UB) of ", bytes, " bytes, not a multiple of 32"));
+  }
+  src.check(count, ::twin::Role::VecRead, "DataCopy(UB->UB)");
+  dst.check(count, ::twin::Role::VecWrite, "DataCopy(UB->UB)");
+  detail::check_overlap("DataCopy(UB->UB)", dst, src, static_cast<int32_t>(count));
+  std::memmove(dst.ptr(), src.ptr(), bytes);
+}
+
+}  // namespace AscendC
