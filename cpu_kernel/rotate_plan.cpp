@@ -145,11 +145,31 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
       plan.y32[i * plan.Dp + j] = static_cast<float>(yp[i * D + j]);
     }
   }
+  // The AVX512_BF16 GEMM: y exact in bf16 and no entry subnormal (vdpbf16ps reads those as zero).
+  // Exponent fields of the nonzero entries (fp32 and bf16 share them) bound the x elements it
+  // computes exactly (dp_lo_bits, dp_hi_bits; see rotate_plan.h): |x * y| >= 2^(ex + ey - 254) must
+  // be >= 2^-102, and D * |x| * |y| < D * 2^(ex + ey - 252) at most 2^127.
   bool bf16_exact = D % 2 == 0;
+  int ey_min = 255, ey_max = 0;
   for (int64_t k = 0; k < D * D && bf16_exact; ++k) {
     bf16_exact = static_cast<double>(static_cast<float>(c10::BFloat16(static_cast<float>(yp[k])))) == yp[k];
+    if (yp[k] != 0.0) {
+      uint32_t bits;
+      const float f = static_cast<float>(yp[k]);
+      std::memcpy(&bits, &f, sizeof(bits));
+      const int e = static_cast<int>((bits >> 23) & 0xFF);
+      ey_min = std::min(ey_min, e);
+      ey_max = std::max(ey_max, e);
+    }
   }
+  int log2_d = 0;
+  while ((int64_t{1} << log2_d) < D) ++log2_d;
+  const int lo_exp = std::max(1, 152 - ey_min), hi_exp = std::min(254, 379 - ey_max - log2_d);
+  // A subnormal, infinite or NaN entry, or no x exponent that is safe: the fp32 GEMM.
+  bf16_exact = bf16_exact && ey_min >= 1 && ey_max <= 254 && lo_exp <= hi_exp;
   if (bf16_exact) {
+    plan.dp_lo_bits = static_cast<uint16_t>(lo_exp << 7);
+    plan.dp_hi_bits = static_cast<uint16_t>((hi_exp << 7) | 0x7F);
     plan.y_bf16_pairs.assign(D * plan.Dp, c10::BFloat16(0.0f));
     for (int64_t i2 = 0; i2 < D / 2; ++i2) {
       for (int64_t j = 0; j < D; ++j) {

@@ -92,10 +92,22 @@ struct RotatePlan {
   // Dense: y as double and as float, row-major [D][Dp] with zero padding.
   std::vector<double> y64;
   std::vector<float> y32;
-  // Dense y whose every entry is exact in bf16 and D even: rows 2i and 2i+1 interleaved as bf16
-  // pairs, [D/2][Dp][2], for the AVX512_BF16 dot-product GEMM (empty otherwise).
+  // Dense y whose every entry is exact in bf16, none subnormal, and D even: rows 2i and 2i+1
+  // interleaved as bf16 pairs, [D/2][Dp][2], for the AVX512_BF16 dot-product GEMM (empty
+  // otherwise).
   std::vector<c10::BFloat16> y_bf16_pairs;
+  // The bf16 x elements that GEMM computes exactly: zero, or absolute bits in [dp_lo_bits,
+  // dp_hi_bits]. Then every product with an entry of y is zero or at least 2^-102 in magnitude (so
+  // no product or partial sum is subnormal, which vdpbf16ps would flush) and no partial sum can
+  // overflow.
+  uint16_t dp_lo_bits = 0, dp_hi_bits = 0;
 };
+
+// The order in which every dense GEMM (every ISA) accumulates the rows of y: 1, 0, 3, 2, ... (each
+// pair's odd row first, as vdpbf16ps does), an odd D's last row last. With one fused multiply-add
+// per step (vdpbf16ps's products of bf16 are exact, see dp_lo_bits) the result is then the same on
+// every ISA.
+inline int64_t dense_row_order(int64_t k, int64_t D) { return (k ^ 1) < D ? (k ^ 1) : k; }
 
 // Inspects y ([D, D], any dtype/strides) in O(D^2) and compiles it.
 RotatePlan make_rotate_plan(const at::Tensor& y);

@@ -8,7 +8,7 @@
 // no FMA can appear), and rounds once to x.dtype:
 //   bf16: round to nearest even, exactly as c10 does: by integer arithmetic, or with AVX512_BF16's
 //         vcvtneps2bf16 (one instruction) plus a fix-up through the integer path for a vector that
-//         holds a subnormal, which that instruction flushes to zero;
+//         holds a subnormal (which that instruction flushes to zero) or a NaN (c10: 0x7FC0);
 //   fp16: vcvtps2ph with round-to-nearest-even (IEEE, subnormals kept).
 #pragma once
 
@@ -62,6 +62,12 @@ struct Io<float> {
   static void stream_unchecked(float* p, __m512 v) { stream(p, v); }
 };
 
+#ifdef NPU_OPS_NATIVE_BF16
+// The vfpclassps classes that vcvtneps2bf16 rounds differently from c10: subnormal (0x20; flushed
+// to zero) and NaN (quiet 0x01, signalling 0x80; c10 writes 0x7FC0 for every NaN).
+constexpr int kFixupClasses = 0x20 | 0x01 | 0x80;
+#endif
+
 inline __m256i bf16_bits_rne(__m512 v) {
   const __m512i bits = _mm512_castps_si512(v);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
@@ -94,9 +100,9 @@ struct Io<c10::BFloat16> {
   static __m512 load(const c10::BFloat16* p, __mmask16 m) { return bf16_bits_to_fp32(load_halfwords(p, m)); }
   static __m256i to_bits(__m512 v) {
 #ifdef NPU_OPS_NATIVE_BF16
-    // vcvtneps2bf16 flushes subnormal inputs to zero; c10 keeps them, so such vectors (rare) take
-    // the integer path. 0x20: the "denormal" class of vfpclassps.
-    if (__builtin_expect(_mm512_fpclass_ps_mask(v, 0x20) != 0, 0)) return bf16_bits_rne(v);
+    // vcvtneps2bf16 flushes subnormal inputs to zero and keeps a NaN's sign and payload; c10 keeps
+    // subnormals and writes every NaN as 0x7FC0, so such vectors (rare) take the integer path.
+    if (__builtin_expect(_mm512_fpclass_ps_mask(v, kFixupClasses) != 0, 0)) return bf16_bits_rne(v);
     return (__m256i)_mm512_cvtneps_pbh(v);
 #else
     return bf16_bits_rne(v);
@@ -111,11 +117,11 @@ struct Io<c10::BFloat16> {
   static Raw raw_zero() { return _mm256_setzero_si256(); }
   static Raw raw_merge(Raw acc, __mmask16 m, const c10::BFloat16* p) { return _mm256_mask_loadu_epi16(acc, m, p); }
   static __m512 raw_to_fp32(Raw r) { return bf16_bits_to_fp32(r); }
-  // Unchecked stores: with AVX512_BF16 one vcvtneps2bf16, wrong only for subnormal lanes, which
+  // Unchecked stores: with AVX512_BF16 one vcvtneps2bf16, wrong only for subnormal or NaN lanes, which
   // needs_fixup reports so the caller can redo that row through the checked path.
 #ifdef NPU_OPS_NATIVE_BF16
   static constexpr bool kMayNeedFixup = true;
-  static __mmask16 needs_fixup(__m512 v) { return _mm512_fpclass_ps_mask(v, 0x20); }
+  static __mmask16 needs_fixup(__m512 v) { return _mm512_fpclass_ps_mask(v, kFixupClasses); }
   static __m256i bits_unchecked(__m512 v) { return (__m256i)_mm512_cvtneps_pbh(v); }
 #else
   static constexpr bool kMayNeedFixup = false;
@@ -191,7 +197,7 @@ inline __m512 partners(const ChunkPlan& c, const float* xf) {
 
 // One row of perm_rows_direct. kFull: D is a multiple of 16 (no masks); kStream: non-temporal
 // stores; kChecked: round through the always-exact path. Unchecked, it returns the lanes whose
-// rounding needs the checked path (subnormal results with AVX512_BF16), so the caller can redo the
+// rounding needs the checked path (subnormal or NaN results with AVX512_BF16), so the caller can redo the
 // row; checked, it returns 0.
 template <typename T, bool kFull, bool kStream, bool kChecked>
 inline __mmask16 direct_row(const ChunkPlan* chunks, int64_t D, int64_t Dp, const T* x, T* out,
@@ -249,7 +255,7 @@ template <typename T, bool kFull, bool kStream>
 inline void direct_row_exact(const ChunkPlan* chunks, int64_t D, int64_t Dp, const T* x, T* out,
                              const float* cs, const float* sn) {
   if (direct_row<T, kFull, kStream, false>(chunks, D, Dp, x, out, cs, sn) != 0) {
-    direct_row<T, kFull, kStream, true>(chunks, D, Dp, x, out, cs, sn);  // rare: subnormal results
+    direct_row<T, kFull, kStream, true>(chunks, D, Dp, x, out, cs, sn);  // rare: subnormal or NaN results
   }
 }
 
@@ -349,32 +355,64 @@ void dense_rows_driver(const RotatePlan& plan, const RowBatch& b, void* scratch,
   }
 }
 
-// fp32 GEMM: fp32 FMAs on the fp32 rows.
+// fp32 GEMM on the fp32 rows: fp32 FMAs (one rounding per step, as the portable kernels do it)
+// over the rows of y in dense_row_order, so the same bits on every ISA.
+inline void gemm_fp32(const float* y, int64_t D, int64_t Dp, DenseAcc& acc, const float* xf, int64_t ld,
+                      int64_t j0, int nv) {
+  for (int64_t k = 0; k < D; ++k) {
+    const int64_t i = dense_row_order(k, D);
+    const float* yi = y + i * Dp + j0;
+    __m512 yv[kDenseVecs];
+    for (int v = 0; v < kDenseVecs; ++v) yv[v] = v < nv ? _mm512_loadu_ps(yi + v * kLanes) : _mm512_setzero_ps();
+    for (int rr = 0; rr < kDenseRows; ++rr) {
+      const __m512 xb = _mm512_set1_ps(xf[rr * ld + i]);
+      for (int v = 0; v < kDenseVecs; ++v) acc[rr][v] = _mm512_fmadd_ps(xb, yv[v], acc[rr][v]);
+    }
+  }
+}
+
 template <typename T>
 void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   const int64_t D = plan.D, Dp = plan.Dp;
   const float* y = plan.y32.data();
   dense_rows_driver<T>(plan, b, scratch, [&](DenseAcc& acc, const float* xf, int64_t ld, const T* const*, int64_t j0, int nv) {
-    for (int64_t i = 0; i < D; ++i) {
-      const float* yi = y + i * Dp + j0;
-      __m512 yv[kDenseVecs];
-      for (int v = 0; v < kDenseVecs; ++v) yv[v] = v < nv ? _mm512_loadu_ps(yi + v * kLanes) : _mm512_setzero_ps();
-      for (int rr = 0; rr < kDenseRows; ++rr) {
-        const __m512 xb = _mm512_set1_ps(xf[rr * ld + i]);
-        for (int v = 0; v < kDenseVecs; ++v) acc[rr][v] = _mm512_fmadd_ps(xb, yv[v], acc[rr][v]);
-      }
-    }
+    gemm_fp32(y, D, Dp, acc, xf, ld, j0, nv);
   });
 }
 
 #ifdef NPU_OPS_NATIVE_BF16
+// Whether every element of the rows xs[0..kDenseRows) is zero or has its absolute bits in
+// [lo, hi] (RotatePlan::dp_lo_bits / dp_hi_bits): then no input, product or partial sum of the
+// dot-product GEMM is subnormal or overflows, and its result equals gemm_fp32's bit for bit.
+inline bool dpbf16_rows_exact(const c10::BFloat16* const* xs, int64_t D, uint16_t lo, uint16_t hi) {
+  const __m512i vlo = _mm512_set1_epi16(static_cast<int16_t>(lo));
+  const __m512i range = _mm512_set1_epi16(static_cast<int16_t>(hi - lo));
+  const __m512i abs_mask = _mm512_set1_epi16(0x7FFF);
+  __mmask32 bad = 0;
+  for (int rr = 0; rr < kDenseRows; ++rr) {
+    for (int64_t j = 0; j < D; j += 2 * kLanes) {
+      const __mmask32 m = D - j >= 2 * kLanes ? ~__mmask32(0) : (__mmask32(1) << (D - j)) - 1;
+      const __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi16(m, xs[rr] + j), abs_mask);
+      const __mmask32 nonzero = _mm512_test_epi16_mask(v, v);
+      bad |= _mm512_mask_cmpgt_epu16_mask(nonzero, _mm512_sub_epi16(v, vlo), range);
+    }
+  }
+  return bad == 0;
+}
+
 // bf16 x and a y exact in bf16: the GEMM on AVX512_BF16 dot products (vdpbf16ps: two bf16
-// products per fp32 lane, accumulated in fp32), twice the multiply rate of fp32 FMAs.
+// products per fp32 lane, accumulated in fp32, row 2i+1 of y before row 2i), twice the multiply
+// rate of fp32 FMAs. vdpbf16ps treats subnormal inputs and results as zero, so a group of rows
+// where one could occur (dpbf16_rows_exact) takes gemm_fp32, which gives the same bits as
+// vdpbf16ps everywhere else and the IEEE result there.
 void dense_rows_dpbf16(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   using T = c10::BFloat16;
   const int64_t D = plan.D, Dp = plan.Dp;
   const T* yp = plan.y_bf16_pairs.data();
-  dense_rows_driver<T>(plan, b, scratch, [&](DenseAcc& acc, const float*, int64_t, const T* const* xs, int64_t j0, int nv) {
+  bool dp_exact = true;
+  dense_rows_driver<T>(plan, b, scratch, [&](DenseAcc& acc, const float* xf, int64_t ld, const T* const* xs, int64_t j0, int nv) {
+    if (j0 == 0) dp_exact = dpbf16_rows_exact(xs, D, plan.dp_lo_bits, plan.dp_hi_bits);
+    if (!dp_exact) return gemm_fp32(plan.y32.data(), D, Dp, acc, xf, ld, j0, nv);
     for (int64_t i2 = 0; i2 < D / 2; ++i2) {
       const T* yi = yp + (i2 * Dp + j0) * 2;
       __m512i yv[kDenseVecs];
@@ -442,7 +480,7 @@ inline __m512i pair_bits_exact(__m512 even, __m512 odd) {
 }
 
 #ifdef NPU_OPS_NATIVE_BF16
-// vcvtne2ps2bf16 (subnormal inputs flushed: the caller checks) and one word permute back to
+// vcvtne2ps2bf16 (subnormal inputs flushed, NaN kept as is: the caller checks) and one word permute back to
 // natural order.
 inline __m512i pair_bits_native(__m512 even, __m512 odd) {
   alignas(64) static constexpr int16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
@@ -466,7 +504,7 @@ inline PairShape pair_shape(const std::vector<PairGroupPlan>& groups) {
   return swapped ? PairShape::kAllSwapped : offset ? PairShape::kAllOffset : PairShape::kMixed;
 }
 
-// One row; returns the subnormal-result lanes when unchecked with AVX512_BF16 (then the caller
+// One row; returns the subnormal- or NaN-result lanes when unchecked with AVX512_BF16 (then the caller
 // redoes the row checked), else 0.
 template <PairShape kShape, bool kStream, bool kChecked>
 inline uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
@@ -503,7 +541,7 @@ inline uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const c10
     if constexpr (kChecked) {
       bits = pair_bits_exact(re, ro);
     } else {
-      fixup = _kor_mask16(fixup, _kor_mask16(_mm512_fpclass_ps_mask(re, 0x20), _mm512_fpclass_ps_mask(ro, 0x20)));
+      fixup = _kor_mask16(fixup, _kor_mask16(_mm512_fpclass_ps_mask(re, kFixupClasses), _mm512_fpclass_ps_mask(ro, kFixupClasses)));
       bits = pair_bits_native(re, ro);
     }
 #else
@@ -522,7 +560,7 @@ template <PairShape kShape, bool kStream>
 inline void pair_row_exact(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
                            c10::BFloat16* out, const float* cs, const float* sn) {
   if (pair_row<kShape, kStream, false>(groups, ngroups, x, out, cs, sn) != 0) {
-    pair_row<kShape, kStream, true>(groups, ngroups, x, out, cs, sn);  // rare: subnormal results
+    pair_row<kShape, kStream, true>(groups, ngroups, x, out, cs, sn);  // rare: subnormal or NaN results
   }
 }
 

@@ -53,7 +53,12 @@ void perm_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   }
 }
 
-// Dense y: acc = x @ y accumulated in C, rounded to T (as the NPU cube writes x.dtype), then fused.
+// a * b + c with one rounding (an FMA instruction where the ISA has one; a libm call on the
+// x86-64 baseline, which only a test or a very old CPU runs), as the AVX-512 GEMM computes it.
+inline float fused_multiply_add(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+inline double fused_multiply_add(double a, double b, double c) { return __builtin_fma(a, b, c); }
+
+// Dense y: acc = x @ y accumulated in C (one fused multiply-add per step), rounded to T (as the NPU cube writes x.dtype), then fused.
 template <typename T, typename C>
 void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   const int64_t D = plan.D, Dp = plan.Dp;
@@ -71,10 +76,11 @@ void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
       xf[j] = static_cast<C>(x[j]);
       acc[j] = C(0);
     }
-    for (int64_t i = 0; i < D; ++i) {
+    for (int64_t k = 0; k < D; ++k) {  // rows of y in the order every ISA takes (rotate_plan.h)
+      const int64_t i = dense_row_order(k, D);
       const C xi = xf[i];
       const C* yi = y + i * Dp;
-      for (int64_t j = 0; j < D; ++j) acc[j] += xi * yi[j];
+      for (int64_t j = 0; j < D; ++j) acc[j] = fused_multiply_add(xi, yi[j], acc[j]);
     }
     for (int64_t j = 0; j < D; ++j) {
       const C xy = static_cast<C>(static_cast<T>(acc[j]));

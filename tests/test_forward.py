@@ -216,3 +216,128 @@ def test_float64():
     cos = torch.randn(7, 64, generator=g, dtype=torch.float32)
     ref = x * cos.double() + (x @ y) * sin
     torch.testing.assert_close(op(x, y, sin, cos), ref, rtol=0, atol=0)
+
+
+# ---- The same bits on every ISA --------------------------------------------------------------
+# NPU_OPS_CPU_ISA caps the kernel family; None is the widest this CPU has (AVX512_BF16 here, whose
+# vdpbf16ps and vcvtneps2bf16 flush subnormals). Families this CPU lacks fall back to a lower one.
+EVERY_ISA = [None, "avx512", "avx2", "generic"]
+_BITS = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}
+
+
+def _per_isa(monkeypatch, *args):
+    outs = {}
+    for isa in EVERY_ISA:
+        if isa is None:
+            monkeypatch.delenv("NPU_OPS_CPU_ISA", raising=False)
+        else:
+            monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
+        outs[isa or "native"] = op(*args)
+    monkeypatch.delenv("NPU_OPS_CPU_ISA", raising=False)
+    return outs
+
+
+def _assert_same_bits(outs, expected=None):
+    ref = expected if expected is not None else outs["native"]
+    for isa, out in outs.items():
+        bad = (out.view(_BITS[out.dtype]) != ref.view(_BITS[ref.dtype])).nonzero()
+        assert len(bad) == 0, f"{isa}: {len(bad)} elements differ, first at {bad[0].tolist()}: " \
+            f"{out[tuple(bad[0])].item()!r} vs {ref[tuple(bad[0])].item()!r}"
+
+
+def _dense_contract(x, y, sin, cos):
+    # The dense contract step by step: x @ y accumulated in fp32 over the rows of y in the order
+    # 1, 0, 3, 2, ..., one fused multiply-add each (emulated in fp64: the product is exact there),
+    # rounded to x.dtype, then x*cos + xy*sin in fp32 ops.
+    d = x.shape[-1]
+    xf, yf = x.float(), y.float()
+    xd, yd = xf.double().movedim(-1, 0).unsqueeze(-1), yf.double()
+    acc = torch.zeros(x.shape[:-1] + (d,))
+    for k in range(d):
+        i = k ^ 1 if (k ^ 1) < d else k
+        acc = torch.addcmul(acc.double(), xd[i], yd[i]).float()
+    xy = acc.to(x.dtype).float()
+    return (xf * cos.float() + xy * sin.float()).to(x.dtype)
+
+
+def test_dense_bf16_subnormal_x_is_not_flushed(monkeypatch):
+    # vdpbf16ps reads the subnormal x as zero: 0.0 on AVX512_BF16, 2.02e-39 elsewhere.
+    x = torch.full((4, 32), 1e-39).to(torch.bfloat16)
+    y = (2 * torch.eye(32)).to(torch.bfloat16)
+    sin, cos = torch.ones(32), torch.zeros(32)
+    outs = _per_isa(monkeypatch, x, y, sin, cos)
+    _assert_same_bits(outs, rope_matrix_reference(x, y, sin, cos))
+    assert outs["native"][0, 0].item() == pytest.approx(2.02e-39, rel=1e-2)
+
+
+def _subnormal_rows(shape, dtype, g):
+    # Normal values, with some rows holding subnormals of the dtype, tiny values whose products
+    # with y are subnormal in fp32, and zeros.
+    x = torch.randn(shape, generator=g)
+    tiny = torch.finfo(dtype).tiny
+    rows = x.view(-1, shape[-1])
+    for r in range(0, rows.shape[0], 5):
+        cols = torch.randint(0, shape[-1], (3,), generator=g)
+        rows[r, cols[0]] = tiny * 0.37
+        rows[r, cols[1]] = -tiny * 2.0**-3
+        rows[r, cols[2]] = 2.0**-120 if dtype != torch.float16 else 2.0**-20
+    rows[3, :7] = 0.0
+    rows[7] *= tiny * 2.0**-3  # a whole row of subnormals
+    rows[9] *= tiny * 2.0**10  # normal, with products that are subnormal in fp32
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("ykind", ["x", "fp32", "tiny"])
+def test_dense_same_bits_on_every_isa(monkeypatch, dtype, ykind):
+    g = torch.Generator().manual_seed(21)
+    d = 96 if ykind == "tiny" else 128
+    x = _subnormal_rows((3, 41, d), dtype, g)
+    y = torch.randn(d, d, generator=g) / d**0.5
+    if ykind == "tiny":
+        y[::7] *= 2.0**-60  # entries whose products with normal x are subnormal
+    y = y.to(torch.float32 if ykind == "fp32" else dtype)
+    sin = torch.randn(41, d, generator=g).to(dtype)
+    cos = torch.randn(41, d, generator=g).to(dtype)
+    sin[5, :9] = torch.finfo(dtype).tiny / 4  # subnormal table entries too
+    outs = _per_isa(monkeypatch, x, y, sin, cos)
+    _assert_same_bits(outs, _dense_contract(x, y, sin, cos))
+    torch.testing.assert_close(outs["native"], rope_matrix_reference(x, y, sin, cos), rtol=TOL[dtype], atol=TOL[dtype])
+
+
+def test_dense_bf16_accumulation_order_same_on_every_isa(monkeypatch):
+    # Normal values only: the fp32 sums of the dot-product GEMM must round as the other ISAs' do
+    # (a few of these elements differed when they summed the rows of y in another order).
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(4, 128, 128, generator=g).bfloat16()
+    y = torch.randn(128, 128, generator=g).bfloat16()
+    sin, cos = torch.ones(128), torch.zeros(128)
+    _assert_same_bits(_per_isa(monkeypatch, x, y, sin, cos), _dense_contract(x, y, sin, cos))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("mode,split", [("half", [128]), ("interleave", [128]), ("half", [44, 44, 40]),
+                                        ("quarter", [64, 64])])
+def test_signed_permutation_subnormals_and_nan_same_bits_on_every_isa(monkeypatch, dtype, mode, split):
+    g = torch.Generator().manual_seed(22)
+    x = _subnormal_rows((2, 23, 128), dtype, g)
+    y = mode_matrix(mode, split, dtype=dtype)
+    sin = torch.randn(23, 128, generator=g).to(dtype)
+    cos = torch.randn(23, 128, generator=g).to(dtype)
+    sin[4, ::3] = torch.finfo(dtype).tiny / 8
+    cos[6, ::5] = -torch.finfo(dtype).tiny / 2
+    outs = _per_isa(monkeypatch, x, y, sin, cos)
+    _assert_same_bits(outs)
+    # Values against the reference (its matmul turns -0 into +0 where the kernel keeps -0 exactly).
+    torch.testing.assert_close(outs["native"], rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+    # NaN of either sign: c10 writes every bf16 NaN as 0x7FC0 (vcvtneps2bf16 kept sign and payload).
+    x[0, 1, 3] = float("nan")
+    x[1, 2, 7] = -float("nan")
+    if dtype == torch.bfloat16:
+        x.view(torch.int16)[1, 5, 9] = 0xFFA0 - 0x10000  # a negative NaN with a payload
+    _assert_same_bits(_per_isa(monkeypatch, x, y, sin, cos))
+    # Results that are subnormal in bf16 (rounded from fp32, not flushed).
+    s = torch.full((23, 128), 0.5)
+    xs = torch.full((2, 23, 128), 2.0**-127).bfloat16()
+    _assert_same_bits(_per_isa(monkeypatch, xs, mode_matrix(mode, split), s, s),
+                      rope_matrix_reference(xs, mode_matrix(mode, split), s, s))
