@@ -337,11 +337,7 @@ at::Tensor rope_matrix_cpu(const at::Tensor& x_in, const at::Tensor& y, const at
 std::tuple<at::Tensor, at::Tensor> rope_matrix_qk_cpu(const at::Tensor& q_in, const at::Tensor& k_in,
                                                       const at::Tensor& y, const at::Tensor& sin,
                                                       const at::Tensor& cos) {
-  check_rope_matrix_inputs("rope_matrix_qk", q_in, y, sin, cos, "q");
-  check_rope_matrix_inputs("rope_matrix_qk", k_in, y, sin, cos, "k");
-  TORCH_CHECK_TYPE(q_in.scalar_type() == k_in.scalar_type(),
-                   "rope_matrix_qk: q and k must have the same dtype, got ", q_in.scalar_type(),
-                   " and ", k_in.scalar_type());
+  check_rope_matrix_qk_inputs("rope_matrix_qk", q_in, k_in, y, sin, cos);
   const at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in);
   at::Tensor q_out = new_output(q);
   at::Tensor k_out = new_output(k);

@@ -49,7 +49,7 @@ def test_qk_different_ranks_and_errors():
     torch.testing.assert_close(ko, rope_matrix_reference(k, y, sin, cos), rtol=0, atol=0)
     with pytest.raises(TypeError, match="q and k must have the same dtype"):
         ext.rope_matrix_qk(q, k.double(), y, sin, cos)
-    with pytest.raises(ValueError, match="k must have last dim|y must be"):
+    with pytest.raises(ValueError, match="k must have last dim|mat must be"):
         ext.rope_matrix_qk(q, torch.randn(9, 32), y, sin, cos)
 
 
@@ -137,17 +137,39 @@ _t = torch.randn(5, D).bfloat16()
 
 BAD = [
     pytest.param((torch.randn(D).bfloat16(), _y, _t, _t), ValueError, r"x must have rank >= 2 .*got \[128\]", id="x-rank1"),
-    pytest.param((_x.int(), _y, _t, _t), TypeError, r"x must have dtype BFloat16, Half, Float or Double, got Int", id="x-int"),
-    pytest.param((_x, torch.zeros(64, 64).bfloat16(), _t, _t), ValueError, r"y must be \[D, D\] with D = x.size\(-1\) = 128, got \[64, 64\]", id="y-shape"),
-    pytest.param((_x, torch.zeros(D, D, D).bfloat16(), _t, _t), ValueError, r"y must be \[D, D\].*got \[128, 128, 128\]", id="y-rank"),
-    pytest.param((_x, _y.half(), _t, _t), TypeError, r"y must have dtype BFloat16 \(x.dtype\) or Float, got Half", id="y-dtype"),
+    pytest.param((_x.int(), _y, _t, _t), TypeError, r"x must have dtype torch.bfloat16, torch.float16, torch.float32 or torch.float64, got torch.int32; pass x.float\(\)", id="x-int"),
+    pytest.param((_x, torch.zeros(64, 64).bfloat16(), _t, _t), ValueError, r"mat must be \[D, D\] with D = x.size\(-1\) = 128, got \[64, 64\]; build it for D, e.g. get_half_matrix\(128\)", id="mat-shape"),
+    pytest.param((_x, torch.zeros(D, D, D).bfloat16(), _t, _t), ValueError, r"mat must be \[D, D\].*got \[128, 128, 128\]", id="mat-rank"),
+    pytest.param((_x, torch.ones(D, D, dtype=torch.complex64), _t, _t), TypeError, r"mat must have dtype torch.bfloat16 \(x.dtype\) or torch.float32, got torch.complex64; pass mat.to\(x.dtype\)", id="mat-dtype"),
+    pytest.param((_x.float(), torch.ones(D, D, dtype=torch.complex64), _t.float(), _t.float()), TypeError, r"mat must have dtype torch.float32 \(x.dtype\), got torch.complex64; pass mat.to\(x.dtype\)", id="mat-dtype-fp32-x"),
     pytest.param((_x, _y, torch.randn(5, 64).bfloat16(), _t), ValueError, r"sin must have last dim D = x.size\(-1\) = 128, got \[5, 64\]", id="sin-lastdim"),
-    pytest.param((_x, _y, _t, torch.randn(6, D).bfloat16()), ValueError, r"cos \[6, 128\] does not broadcast to x \[2, 3, 5, 128\]", id="cos-broadcast"),
+    pytest.param((_x, _y, _t, torch.randn(6, D).bfloat16()), ValueError, r"cos \[6, 128\] does not broadcast to x \[2, 3, 5, 128\]: dim 0 is 6, expected 1 or 5 .*for_layout\(cos, layout\)", id="cos-broadcast"),
     pytest.param((_x, _y, torch.randn(1, 2, 3, 5, D).bfloat16(), _t), ValueError, r"sin must have rank 1..4", id="sin-rank"),
-    pytest.param((_x, _y, _t.half(), _t), TypeError, r"sin must have dtype BFloat16 \(x.dtype\) or Float, got Half", id="sin-dtype"),
-    pytest.param((_x, _y, _t, _t.double()), TypeError, r"cos must have dtype BFloat16 \(x.dtype\) or Float, got Double", id="cos-dtype"),
+    pytest.param((_x, _y, _t.int(), _t), TypeError, r"sin must have dtype torch.bfloat16 \(x.dtype\) or torch.float32, got torch.int32; pass sin.float\(\)", id="sin-dtype"),
+    pytest.param((_x.float(), _y.float(), _t.float(), _t.int()), TypeError, r"cos must have dtype torch.float32 \(x.dtype\), got torch.int32; pass cos.float\(\)", id="cos-dtype-fp32-x"),
     pytest.param((_x, _y, torch.randn(2, 1, D).bfloat16(), _t), ValueError, r"sin \[2, 1, 128\] does not broadcast", id="sin-bad-heads"),
 ]
+
+
+def test_messages_use_python_names():
+    # Python dtype names, Python argument names, never "Float or Float".
+    for args, exc, msg in [p.values for p in BAD]:
+        with pytest.raises(exc) as info:
+            ops.rope_matrix(*args)
+        text = str(info.value)
+        for c10_name in ("BFloat16", "Half", "Float", "Double", " y ", " y:"):
+            assert c10_name not in text, text
+    with pytest.raises(TypeError, match=r"q and k must have the same dtype, got torch.float32 and torch.float64; pass k.to\(q.dtype\)"):
+        ext.rope_matrix_qk(torch.randn(9, 64), torch.randn(9, 64).double(), torch.eye(64), torch.ones(64), torch.ones(64))
+
+
+def test_keyword_names_of_the_registered_ops():
+    x, y, sin, cos = _inputs(shape=(1, 2, 5, 64), split=(64,))
+    out = ops.rope_matrix(x, mat=y, sin=sin, cos=cos)
+    assert torch.equal(out, ops.rope_matrix(x, y, sin, cos))
+    assert [a.name for a in ops.rope_matrix.default._schema.arguments] == ["x", "mat", "sin", "cos"]
+    assert [a.name for a in ops.rope_matrix_qk.default._schema.arguments] == ["q", "k", "mat", "sin", "cos"]
+    assert [a.name for a in ops.rope_matrix_.default._schema.arguments] == ["x", "mat", "sin", "cos"]
 
 
 @pytest.mark.parametrize("args,exc,msg", BAD)
@@ -170,13 +192,13 @@ def test_bad_input_raises_while_tracing(args, exc, msg):
 
     with FakeTensorMode() as mode:
         fake = [mode.from_tensor(a) for a in args]
-        with pytest.raises(exc):
+        with pytest.raises(exc, match=msg):
             ops.rope_matrix(*fake)
 
 
 def test_different_devices():
     y_meta = torch.empty(D, D, device="meta", dtype=torch.bfloat16)
-    with pytest.raises((ValueError, RuntimeError), match="y must be on x's device|device"):
+    with pytest.raises(ValueError, match=r"mat must be on x's device cpu, got meta; pass mat.to\(x.device\)"):
         ops.rope_matrix(_x, y_meta, _t, _t)
 
 

@@ -2,7 +2,7 @@
 //
 // Every check runs before anything is written and its message names the argument, the expected
 // and the actual shape/dtype, e.g.
-//   rope_matrix: y must be [D, D] with D = x.size(-1) = 128, got [64, 64]
+//   rope_matrix: mat must be [D, D] with D = x.size(-1) = 128, got [64, 64]
 // The limits quoted in the README are the constants below.
 #pragma once
 
@@ -18,19 +18,26 @@ constexpr int64_t kMinXRank = 2;
 // True for the dtypes x may have: bfloat16, float16, float32, float64.
 bool is_supported_x_dtype(at::ScalarType t);
 
+// The Python name of a dtype: "torch.bfloat16" (not c10's "BFloat16"), for messages.
+std::string dtype_name(at::ScalarType t);
+
 // "[1, 24, 8192, 128]"
 std::string shape_str(at::IntArrayRef sizes);
 
 // Checks one rope_matrix problem. `op` prefixes every message; `x_name` names the x argument
 // ("x", "q", "k"). Throws c10::Error (ValueError/TypeError in Python) on the first violation.
 //   x:        rank >= 2, dtype bf16/fp16/fp32/fp64, last dim D
-//   y:        [D, D], dtype x.dtype or float32
+//   mat:      [D, D], dtype x.dtype or float32
 //   sin, cos: rank 1..x.dim(), last dim D, every other dim 1 or equal to x's (aligned from the
 //             right), dtype x.dtype or float32
 //   all tensors on x's device
-void check_rope_matrix_inputs(const char* op, const at::Tensor& x, const at::Tensor& y,
+void check_rope_matrix_inputs(const char* op, const at::Tensor& x, const at::Tensor& mat,
                               const at::Tensor& sin, const at::Tensor& cos,
                               const char* x_name = "x");
+
+// check_rope_matrix_inputs for q and for k, and q.dtype == k.dtype (rope_matrix_qk).
+void check_rope_matrix_qk_inputs(const char* op, const at::Tensor& q, const at::Tensor& k,
+                                 const at::Tensor& mat, const at::Tensor& sin, const at::Tensor& cos);
 
 // Whether two elements of x are (partly) the same memory, decided exactly from x's sizes, strides
 // and element size (kTooMany: the layout is so irregular that deciding it would list more than
