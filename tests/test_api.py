@@ -22,8 +22,28 @@ def _inputs(shape=(2, 3, 17, 128), dtype=torch.bfloat16, mode="half", split=(44,
 def test_functional_wrapper_matches_op():
     x, y, sin, cos = _inputs()
     assert torch.equal(ext.rope_matrix(x, y, sin, cos), ops.rope_matrix(x, y, sin, cos))
-    assert ext.rope_matrix.__doc__.lstrip().startswith("Rotary")
     assert "Shapes" in ext.rope_matrix.__doc__
+
+
+@pytest.mark.parametrize("fn,order", [(ext.rope_matrix, "(x, mat, sin, cos)"), (ext.rope_matrix_, "(x, mat, sin, cos)"),
+                                      (ext.rope_matrix_qk, "(q, k, mat, sin, cos)")])
+def test_docstring_first_line_states_order_and_shapes(fn, order):
+    first = fn.__doc__.strip().splitlines()[0]
+    assert order in first and "[D, D]" in first and "[..., D]" in first and "broadcast" in first, first
+
+
+def test_tables_by_keyword():
+    # sin and cos by keyword, in either order, give the positional result; a swap is visible.
+    x, y, sin, cos = _inputs(shape=(1, 2, 5, 64), split=(64,))
+    ref = ext.rope_matrix(x, y, sin, cos)
+    assert torch.equal(ext.rope_matrix(x, y, cos=cos, sin=sin), ref)
+    assert torch.equal(ext.rope_matrix(x, mat=y, sin=sin, cos=cos), ref)
+    assert not torch.equal(ext.rope_matrix(x, y, sin=cos, cos=sin), ref)
+    qo, ko = ext.rope_matrix_qk(x, x * 2, y, cos=cos, sin=sin)
+    assert torch.equal(qo, ref)
+    x2 = x.clone()
+    ext.rope_matrix_(x2, y, cos=cos, sin=sin)
+    assert torch.equal(x2, ref)
 
 
 def test_qk_fused_gqa():

@@ -16,7 +16,12 @@ __all__ = ["rope_matrix", "rope_matrix_", "rope_matrix_qk"]
 
 
 def rope_matrix(x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding as a matrix product: ``out = x * cos + (x @ mat) * sin``.
+    """RoPE ``(x, mat, sin, cos)``: x ``[..., D]``, mat ``[D, D]``, sin/cos broadcast to x -> ``x * cos + (x @ mat) * sin``.
+
+    The order is the operator's: **sin before cos** (HF transformers, flash-attn and diffusers pass
+    cos first). Pass the tables by keyword, ``rope_matrix(x, mat, sin=sin, cos=cos)``, so that a
+    swap shows in review; the registered op ``torch.ops.npu_ops_transformer_ext.rope_matrix`` takes
+    the same keywords.
 
     Shapes:
         x:        ``[..., D]``, rank >= 2: BNSD ``[B, N, S, D]``, BSND ``[B, S, N, D]``, ``[S, D]``, ...;
@@ -35,8 +40,13 @@ def rope_matrix(x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torc
     return torch.ops.npu_ops_transformer_ext.rope_matrix(x, mat, sin, cos)
 
 
-def rope_matrix_qk(q, k, mat, sin, cos):
-    """``rope_matrix`` on q and k in one call and one pass over the tables.
+def rope_matrix_qk(
+    q: torch.Tensor, k: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE on q and k ``(q, k, mat, sin, cos)``: q/k ``[..., D]``, mat ``[D, D]``, sin/cos broadcast to both.
+
+    ``rope_matrix`` on q and k in one call and one pass over the tables; sin before cos, as in
+    ``rope_matrix`` (pass them by keyword: ``rope_matrix_qk(q, k, mat, sin=sin, cos=cos)``).
 
     Shapes: q ``[..., Hq, ..., D]`` and k ``[..., Hk, ..., D]`` may differ in head count (GQA/MQA);
     sin and cos must broadcast to both. Returns ``(q_out, k_out)``, new tensors.
@@ -44,8 +54,10 @@ def rope_matrix_qk(q, k, mat, sin, cos):
     return torch.ops.npu_ops_transformer_ext.rope_matrix_qk(q, k, mat, sin, cos)
 
 
-def rope_matrix_(x, mat, sin, cos) -> None:
-    """In-place ``rope_matrix``: ``x <- x * cos + (x @ mat) * sin``, same numerics; returns None.
+def rope_matrix_(x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> None:
+    """In-place RoPE ``(x, mat, sin, cos)``: x ``[..., D]``, mat ``[D, D]``, sin/cos broadcast to x; ``x <- x * cos + (x @ mat) * sin``.
+
+    Same numerics as ``rope_matrix``; returns None. sin before cos (pass them by keyword).
 
     For inference: saves the output allocation. x may have any layout that does not overlap
     itself (packed-QKV views such as ``qkv[:, :, 0]``, strided slices, transposes); it must share
