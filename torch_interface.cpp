@@ -54,11 +54,11 @@ LaunchFn launcher(const std::string& kernel) {
 }
 
 at::Tensor rope_matrix_npu(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin, const at::Tensor& cos) {
-  npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x, y, sin, cos);
+  const auto in = npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x, y, sin, cos);
   const c10::DeviceGuard guard(x.device());
   // NPU limits, the table layout and contiguous operands (a strided x is copied once here; views
   // with a storage offset are used in place through data_ptr()).
-  const rope_matrix::PreparedCall c = rope_matrix::prepare_call("rope_matrix", x, y, sin, cos);
+  const rope_matrix::PreparedCall c = rope_matrix::prepare_call("rope_matrix", x, in.mat, in.sin, in.cos);
   at::Tensor out = at::empty(c.x.sizes(), c.x.options());
   if (c.empty) return out.view(x.sizes());
 

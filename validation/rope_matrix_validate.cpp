@@ -56,9 +56,9 @@ std::string x_dtype_or_float(at::ScalarType x_dtype, const char* x_name) {
 void check_table(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x,
                  const char* x_name) {
   const int64_t D = x.size(-1);
-  TORCH_CHECK_TYPE(t.scalar_type() == x.scalar_type() || t.scalar_type() == at::kFloat, op, ": ",
-                   name, " must have dtype ", x_dtype_or_float(x.scalar_type(), x_name), ", got ", dtype_name(t.scalar_type()), "; pass ", name,
-                   ".float()");
+  TORCH_CHECK_TYPE(is_supported_x_dtype(t.scalar_type()), op, ": ", name,
+                   " must have a floating dtype (torch.bfloat16, torch.float16, torch.float32 or "
+                   "torch.float64), got ", dtype_name(t.scalar_type()), "; pass ", name, ".float()");
   TORCH_CHECK_VALUE(t.dim() >= 1 && t.dim() <= x.dim(), op, ": ", name,
                     " must have rank 1..", x.dim(), " (", x_name, " has rank ", x.dim(),
                     ") and broadcast to ", x_name, " ", shape_str(x.sizes()), ", got ",
@@ -80,8 +80,18 @@ void check_table(const char* op, const char* name, const at::Tensor& t, const at
 
 }  // namespace
 
-void check_rope_matrix_inputs(const char* op, const at::Tensor& x, const at::Tensor& mat,
-                              const at::Tensor& sin, const at::Tensor& cos, const char* x_name) {
+at::Tensor kernel_table(const at::Tensor& t, at::ScalarType x_dtype) {
+  if (t.scalar_type() == x_dtype || t.scalar_type() == at::kFloat) return t;
+  // Convert only the distinct elements of an expanded table, then expand again.
+  std::vector<int64_t> sizes = t.sizes().vec();
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    if (t.stride(i) == 0) sizes[i] = 1;
+  }
+  return t.as_strided(sizes, t.strides()).to(at::kFloat).expand(t.sizes());
+}
+
+RopeOperands check_rope_matrix_inputs(const char* op, const at::Tensor& x, const at::Tensor& mat,
+                                      const at::Tensor& sin, const at::Tensor& cos, const char* x_name) {
   TORCH_CHECK_VALUE(x.defined() && mat.defined() && sin.defined() && cos.defined(), op,
                     ": every argument must be a defined tensor");
   TORCH_CHECK_VALUE(x.dim() >= kMinXRank, op, ": ", x_name, " must have rank >= ", kMinXRank,
@@ -93,22 +103,43 @@ void check_rope_matrix_inputs(const char* op, const at::Tensor& x, const at::Ten
   TORCH_CHECK_VALUE(mat.dim() == 2 && mat.size(0) == D && mat.size(1) == D, op,
                     ": mat must be [D, D] with D = ", x_name, ".size(-1) = ", D, ", got ",
                     shape_str(mat.sizes()), "; build it for D, e.g. get_half_matrix(", D, ")");
-  TORCH_CHECK_TYPE(mat.scalar_type() == x.scalar_type() || mat.scalar_type() == at::kFloat, op,
-                   ": mat must have dtype ", x_dtype_or_float(x.scalar_type(), x_name), ", got ", dtype_name(mat.scalar_type()), "; pass mat.to(",
-                   x_name, ".dtype)");
+  const at::ScalarType mt = mat.scalar_type();
+  TORCH_CHECK_TYPE(mt == x.scalar_type() || mt == at::kFloat || at::isFloatingType(mt) ||
+                       at::isIntegralType(mt, /*includeBool=*/false),
+                   op, ": mat must have dtype ", x_dtype_or_float(x.scalar_type(), x_name),
+                   " (or another floating or integer dtype whose entries ", x_name,
+                   ".dtype holds exactly), got ", dtype_name(mt), "; pass mat.to(", x_name, ".dtype)");
   TORCH_CHECK_VALUE(mat.device() == x.device(), op, ": mat must be on ", x_name, "'s device ",
                     x.device(), ", got ", mat.device(), "; pass mat.to(", x_name, ".device)");
   check_table(op, "sin", sin, x, x_name);
   check_table(op, "cos", cos, x, x_name);
+  RopeOperands r{mat, kernel_table(sin, x.scalar_type()), kernel_table(cos, x.scalar_type())};
+  if (mt != x.scalar_type() && mt != at::kFloat) {
+    // Any other dtype: taken when x.dtype holds every entry exactly (a signed permutation in any
+    // dtype), converted to x.dtype; otherwise the caller chooses the rounding.
+    r.mat = mat.to(x.scalar_type());
+    at::Tensor differs = r.mat.to(mt).ne(mat);
+    if (at::isFloatingType(mt)) differs = differs.logical_and(mat.isnan().logical_not());
+    const at::Tensor bad = differs.nonzero();
+    if (bad.size(0) > 0) {
+      const int64_t i = bad[0][0].item<int64_t>(), j = bad[0][1].item<int64_t>();
+      TORCH_CHECK_VALUE(false, op, ": mat has dtype ", dtype_name(mt), " and entries that ",
+                        dtype_name(x.scalar_type()), " (", x_name, ".dtype) cannot hold exactly, e.g. mat[",
+                        i, ", ", j, "] = ", mat.select(0, i).select(0, j).item<double>(), "; pass mat.to(",
+                        x_name, ".dtype) to round them once, or mat.float()");
+    }
+  }
+  return r;
 }
 
-void check_rope_matrix_qk_inputs(const char* op, const at::Tensor& q, const at::Tensor& k,
-                                 const at::Tensor& mat, const at::Tensor& sin, const at::Tensor& cos) {
-  check_rope_matrix_inputs(op, q, mat, sin, cos, "q");
+RopeOperands check_rope_matrix_qk_inputs(const char* op, const at::Tensor& q, const at::Tensor& k,
+                                         const at::Tensor& mat, const at::Tensor& sin, const at::Tensor& cos) {
+  const RopeOperands r = check_rope_matrix_inputs(op, q, mat, sin, cos, "q");
   check_rope_matrix_inputs(op, k, mat, sin, cos, "k");
   TORCH_CHECK_TYPE(q.scalar_type() == k.scalar_type(), op, ": q and k must have the same dtype, got ",
                    dtype_name(q.scalar_type()), " and ", dtype_name(k.scalar_type()),
                    "; pass k.to(q.dtype)");
+  return r;
 }
 
 namespace {

@@ -26,9 +26,15 @@ def rope_matrix(x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torc
     Shapes:
         x:        ``[..., D]``, rank >= 2: BNSD ``[B, N, S, D]``, BSND ``[B, S, N, D]``, ``[S, D]``, ...;
                   any strides. dtype bfloat16, float16, float32 or float64.
-        mat:      ``[D, D]`` rotate matrix (see ``get_half_matrix`` & co.), dtype x.dtype or float32.
+        mat:      ``[D, D]`` rotate matrix (see ``get_half_matrix`` & co.). dtype x.dtype or float32
+                  (used as given), or any other floating or integer dtype whose entries x.dtype
+                  holds exactly (checked on the values, then converted to x.dtype): a signed
+                  permutation in any dtype is accepted.
         sin, cos: any shape that broadcasts to x with last dim D (``[S, D]``, ``[1, 1, S, D]``,
-                  ``[1, S, 1, D]``, ``[B, 1, S, D]``, x's shape, ...), dtype x.dtype or float32.
+                  ``[1, S, 1, D]``, ``[B, 1, S, D]``, x's shape, ...). Any floating dtype: x.dtype
+                  and float32 are used as given; any other is converted to float32 once (exact
+                  from bfloat16/float16; float64 is rounded to the nearest float32, ties to even),
+                  so float64 tables give the same bits as ``sin.float()``, ``cos.float()``.
         returns:  a new contiguous tensor of x's shape and dtype.
 
     Numerics: computed in float32 (float64 for float64 x) and rounded once to x.dtype, round to
@@ -84,9 +90,9 @@ def _x_dtype_or_float(x_dtype, x_name) -> str:
 def _check_table(op, name, t, x, x_name):
     d = x.shape[-1]
     torch._check_type(
-        t.dtype == x.dtype or t.dtype == torch.float32,
-        lambda: f"{op}: {name} must have dtype {_x_dtype_or_float(x.dtype, x_name)}, "
-        f"got {dtype_name(t.dtype)}; pass {name}.float()",
+        t.dtype in _X_DTYPES,
+        lambda: f"{op}: {name} must have a floating dtype (torch.bfloat16, torch.float16, torch.float32 or "
+        f"torch.float64), got {dtype_name(t.dtype)}; pass {name}.float()",
     )
     torch._check_value(
         1 <= t.dim() <= x.dim(),
@@ -129,10 +135,13 @@ def check_inputs(op: str, x, mat, sin, cos, x_name: str = "x") -> None:
         lambda: f"{op}: mat must be [D, D] with D = {x_name}.size(-1) = {d}, got {list(mat.shape)}; "
         f"build it for D, e.g. get_half_matrix({d})",
     )
+    # Another floating or integer dtype is taken when x.dtype holds every entry exactly: the backends
+    # check that on the values (a fake tensor has none).
     torch._check_type(
-        mat.dtype == x.dtype or mat.dtype == torch.float32,
-        lambda: f"{op}: mat must have dtype {_x_dtype_or_float(x.dtype, x_name)}, "
-        f"got {dtype_name(mat.dtype)}; pass mat.to({x_name}.dtype)",
+        mat.dtype.is_floating_point or (not mat.dtype.is_complex and mat.dtype != torch.bool),
+        lambda: f"{op}: mat must have dtype {_x_dtype_or_float(x.dtype, x_name)} (or another floating or "
+        f"integer dtype whose entries {x_name}.dtype holds exactly), got {dtype_name(mat.dtype)}; "
+        f"pass mat.to({x_name}.dtype)",
     )
     torch._check_value(
         mat.device == x.device,
