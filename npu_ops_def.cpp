@@ -6,19 +6,19 @@
 #include <torch/library.h>
 
 TORCH_LIBRARY(npu_ops_transformer_ext, m) {
-  // out = x * cos + (x @ y) * sin, computed in fp32, rounded once to x.dtype.
-  m.def("rope_matrix(Tensor x, Tensor y, Tensor sin, Tensor cos) -> Tensor");
+  // out = x * cos + (x @ mat) * sin, computed in fp32, rounded once to x.dtype.
+  m.def("rope_matrix(Tensor x, Tensor mat, Tensor sin, Tensor cos) -> Tensor");
   // rope_matrix on q and k in one pass over the tables (q and k may differ in head count).
-  m.def("rope_matrix_qk(Tensor q, Tensor k, Tensor y, Tensor sin, Tensor cos) -> (Tensor, Tensor)");
-  // In-place: x <- rope_matrix(x, y, sin, cos).
-  m.def("rope_matrix_(Tensor(a!) x, Tensor y, Tensor sin, Tensor cos) -> ()");
+  m.def("rope_matrix_qk(Tensor q, Tensor k, Tensor mat, Tensor sin, Tensor cos) -> (Tensor, Tensor)");
+  // In-place: x <- rope_matrix(x, mat, sin, cos).
+  m.def("rope_matrix_(Tensor(a!) x, Tensor mat, Tensor sin, Tensor cos) -> ()");
   // x-gradients used by autograd (implemented in Python, autograd.py, on top of the ops above):
-  // grad * cos + (grad * sin) @ y^T, one rope_matrix(grad, y^T, sin', cos) call where possible.
-  m.def("rope_matrix_backward(Tensor grad, Tensor y, Tensor sin, Tensor cos) -> Tensor");
-  m.def("rope_matrix_qk_backward(Tensor grad_q, Tensor grad_k, Tensor y, Tensor sin, Tensor cos) -> (Tensor, Tensor)");
+  // grad * cos + (grad * sin) @ mat^T, one rope_matrix(grad, mat^T, sin', cos) call where possible.
+  m.def("rope_matrix_backward(Tensor grad, Tensor mat, Tensor sin, Tensor cos) -> Tensor");
+  m.def("rope_matrix_qk_backward(Tensor grad_q, Tensor grad_k, Tensor mat, Tensor sin, Tensor cos) -> (Tensor, Tensor)");
   // Diagnostic (CPU): which row kernel rope_matrix takes for these inputs, e.g.
   // "avx512_bf16/pairs/OOOO" (cpu_kernel/rope_matrix_cpu.cpp). Not part of the operator contract.
-  m.def("_cpu_kernel_choice(Tensor x, Tensor y, Tensor sin, Tensor cos) -> str");
+  m.def("_cpu_kernel_choice(Tensor x, Tensor mat, Tensor sin, Tensor cos) -> str");
 }
 
 // `import npu_ops_transformer_ext._C` loads this library, which runs the registrations above.

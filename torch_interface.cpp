@@ -65,11 +65,11 @@ LaunchFn launcher(const std::string& kernel) {
 }
 
 at::Tensor rope_matrix_npu(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin, const at::Tensor& cos) {
-  npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x, y, sin, cos);
+  const auto in = npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x, y, sin, cos);
   const c10::DeviceGuard guard(x.device());
   // NPU limits, the table layout and contiguous operands (a strided x is copied once here; views
   // with a storage offset are used in place through data_ptr()).
-  const rope_matrix::PreparedCall c = rope_matrix::prepare_call("rope_matrix", x, y, sin, cos);
+  const rope_matrix::PreparedCall c = rope_matrix::prepare_call("rope_matrix", x, in.mat, in.sin, in.cos);
   at::Tensor out = at::empty(c.x.sizes(), c.x.options());
   if (c.empty) return out.view(x.sizes());
 
@@ -99,10 +99,7 @@ at::Tensor rope_matrix_npu(const at::Tensor& x, const at::Tensor& y, const at::T
 
 std::tuple<at::Tensor, at::Tensor> rope_matrix_qk_npu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& y,
                                                       const at::Tensor& sin, const at::Tensor& cos) {
-  npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix_qk", q, y, sin, cos, "q");
-  npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix_qk", k, y, sin, cos, "k");
-  TORCH_CHECK_TYPE(q.scalar_type() == k.scalar_type(), "rope_matrix_qk: q and k must have the same dtype, got ",
-                   q.scalar_type(), " and ", k.scalar_type());
+  npu_ops_transformer_ext::check_rope_matrix_qk_inputs("rope_matrix_qk", q, k, y, sin, cos);
   return {rope_matrix_npu(q, y, sin, cos), rope_matrix_npu(k, y, sin, cos)};
 }
 

@@ -327,42 +327,38 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
 
 at::Tensor rope_matrix_cpu(const at::Tensor& x_in, const at::Tensor& y, const at::Tensor& sin,
                            const at::Tensor& cos) {
-  check_rope_matrix_inputs("rope_matrix", x_in, y, sin, cos);
+  const RopeOperands in = check_rope_matrix_inputs("rope_matrix", x_in, y, sin, cos);
   const at::Tensor x = rows_contiguous(x_in);
   at::Tensor out = new_output(x);
-  run({{x, out}}, y, sin, cos);
+  run({{x, out}}, in.mat, in.sin, in.cos);
   return out;
 }
 
 std::tuple<at::Tensor, at::Tensor> rope_matrix_qk_cpu(const at::Tensor& q_in, const at::Tensor& k_in,
                                                       const at::Tensor& y, const at::Tensor& sin,
                                                       const at::Tensor& cos) {
-  check_rope_matrix_inputs("rope_matrix_qk", q_in, y, sin, cos, "q");
-  check_rope_matrix_inputs("rope_matrix_qk", k_in, y, sin, cos, "k");
-  TORCH_CHECK_TYPE(q_in.scalar_type() == k_in.scalar_type(),
-                   "rope_matrix_qk: q and k must have the same dtype, got ", q_in.scalar_type(),
-                   " and ", k_in.scalar_type());
+  const RopeOperands in = check_rope_matrix_qk_inputs("rope_matrix_qk", q_in, k_in, y, sin, cos);
   const at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in);
   at::Tensor q_out = new_output(q);
   at::Tensor k_out = new_output(k);
   if (q.dim() == k.dim()) {
-    run({{q, q_out}, {k, k_out}}, y, sin, cos);  // one pass over the tables
+    run({{q, q_out}, {k, k_out}}, in.mat, in.sin, in.cos);  // one pass over the tables
   } else {
-    run({{q, q_out}}, y, sin, cos);
-    run({{k, k_out}}, y, sin, cos);
+    run({{q, q_out}}, in.mat, in.sin, in.cos);
+    run({{k, k_out}}, in.mat, in.sin, in.cos);
   }
   return {q_out, k_out};
 }
 
 void rope_matrix_inplace_cpu(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
                              const at::Tensor& cos) {
-  check_rope_matrix_inputs("rope_matrix_", x, y, sin, cos);
+  const RopeOperands in = check_rope_matrix_inputs("rope_matrix_", x, y, sin, cos);
   check_rope_matrix_inplace("rope_matrix_", x, y, sin, cos);
   if (x.size(-1) <= 1 || x.stride(-1) == 1) {
-    run({{x, x}}, y, sin, cos);  // each row is read whole before it is written
+    run({{x, x}}, in.mat, in.sin, in.cos);  // each row is read whole before it is written
   } else {
     at::Tensor xc = x.contiguous();
-    run({{xc, xc}}, y, sin, cos);
+    run({{xc, xc}}, in.mat, in.sin, in.cos);
     const_cast<at::Tensor&>(x).copy_(xc);
   }
 }
@@ -372,9 +368,9 @@ void rope_matrix_inplace_cpu(const at::Tensor& x, const at::Tensor& y, const at:
 // P permute, Q two permutes). A diagnostic for tests and benchmarks.
 std::string cpu_kernel_choice(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
                               const at::Tensor& cos) {
-  check_rope_matrix_inputs("_cpu_kernel_choice", x, y, sin, cos);
-  const std::shared_ptr<const RotatePlan> plan = cached_rotate_plan(y);
-  const Kernels k = select_kernels(x.scalar_type(), sin.scalar_type(), cos.scalar_type(), *plan);
+  const RopeOperands in = check_rope_matrix_inputs("_cpu_kernel_choice", x, y, sin, cos);
+  const std::shared_ptr<const RotatePlan> plan = cached_rotate_plan(in.mat);
+  const Kernels k = select_kernels(x.scalar_type(), in.sin.scalar_type(), in.cos.scalar_type(), *plan);
   std::string choice = std::string(k.isa) + "/" + k.rows_kind;
   if (choice.size() >= 6 && choice.compare(choice.size() - 6, 6, "/pairs") == 0) {
     choice += "/";

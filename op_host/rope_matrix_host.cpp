@@ -34,7 +34,8 @@ PreparedCall prepare_call(const char* op, const at::Tensor& x, const at::Tensor&
   PreparedCall c;
   const auto xt = x.scalar_type();
   TORCH_CHECK_TYPE(xt == at::kBFloat16 || xt == at::kHalf || xt == at::kFloat, op,
-                   " (NPU): x must have dtype BFloat16, Half or Float on the NPU, got ", xt);
+                   " (NPU): x must have dtype torch.bfloat16, torch.float16 or torch.float32 on the NPU, got ",
+                   npu_ops_transformer_ext::dtype_name(xt), "; pass x.float() (or compute on the CPU)");
   const int64_t D = x.size(-1);
   TORCH_CHECK_VALUE(D >= kMinD, op, " (NPU): D = x.size(-1) must be >= ", kMinD, ", got ", D);
 
@@ -43,9 +44,10 @@ PreparedCall prepare_call(const char* op, const at::Tensor& x, const at::Tensor&
   at::Tensor yk = y;
   if (y.scalar_type() != xt) {
     yk = y.to(xt);
-    TORCH_CHECK_VALUE(at::equal(yk.to(y.scalar_type()), y), op, " (NPU): y has dtype ", y.scalar_type(),
-                      " with values not exactly representable in ", xt,
-                      " (the cube multiplies in x's dtype); pass y as ", xt);
+    TORCH_CHECK_VALUE(at::equal(yk.to(y.scalar_type()), y), op, " (NPU): mat has dtype ",
+                      npu_ops_transformer_ext::dtype_name(y.scalar_type()),
+                      " with values not exactly representable in ", npu_ops_transformer_ext::dtype_name(xt),
+                      " (x.dtype; the cube multiplies in x's dtype); pass mat.to(x.dtype) to round them");
   }
   c.y = yk.contiguous();
 

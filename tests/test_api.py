@@ -22,8 +22,28 @@ def _inputs(shape=(2, 3, 17, 128), dtype=torch.bfloat16, mode="half", split=(44,
 def test_functional_wrapper_matches_op():
     x, y, sin, cos = _inputs()
     assert torch.equal(ext.rope_matrix(x, y, sin, cos), ops.rope_matrix(x, y, sin, cos))
-    assert ext.rope_matrix.__doc__.lstrip().startswith("Rotary")
     assert "Shapes" in ext.rope_matrix.__doc__
+
+
+@pytest.mark.parametrize("fn,order", [(ext.rope_matrix, "(x, mat, sin, cos)"), (ext.rope_matrix_, "(x, mat, sin, cos)"),
+                                      (ext.rope_matrix_qk, "(q, k, mat, sin, cos)")])
+def test_docstring_first_line_states_order_and_shapes(fn, order):
+    first = fn.__doc__.strip().splitlines()[0]
+    assert order in first and "[D, D]" in first and "[..., D]" in first and "broadcast" in first, first
+
+
+def test_tables_by_keyword():
+    # sin and cos by keyword, in either order, give the positional result; a swap is visible.
+    x, y, sin, cos = _inputs(shape=(1, 2, 5, 64), split=(64,))
+    ref = ext.rope_matrix(x, y, sin, cos)
+    assert torch.equal(ext.rope_matrix(x, y, cos=cos, sin=sin), ref)
+    assert torch.equal(ext.rope_matrix(x, mat=y, sin=sin, cos=cos), ref)
+    assert not torch.equal(ext.rope_matrix(x, y, sin=cos, cos=sin), ref)
+    qo, ko = ext.rope_matrix_qk(x, x * 2, y, cos=cos, sin=sin)
+    assert torch.equal(qo, ref)
+    x2 = x.clone()
+    ext.rope_matrix_(x2, y, cos=cos, sin=sin)
+    assert torch.equal(x2, ref)
 
 
 def test_qk_fused_gqa():
@@ -49,7 +69,7 @@ def test_qk_different_ranks_and_errors():
     torch.testing.assert_close(ko, rope_matrix_reference(k, y, sin, cos), rtol=0, atol=0)
     with pytest.raises(TypeError, match="q and k must have the same dtype"):
         ext.rope_matrix_qk(q, k.double(), y, sin, cos)
-    with pytest.raises(ValueError, match="k must have last dim|y must be"):
+    with pytest.raises(ValueError, match="k must have last dim|mat must be"):
         ext.rope_matrix_qk(q, torch.randn(9, 32), y, sin, cos)
 
 
@@ -137,17 +157,39 @@ _t = torch.randn(5, D).bfloat16()
 
 BAD = [
     pytest.param((torch.randn(D).bfloat16(), _y, _t, _t), ValueError, r"x must have rank >= 2 .*got \[128\]", id="x-rank1"),
-    pytest.param((_x.int(), _y, _t, _t), TypeError, r"x must have dtype BFloat16, Half, Float or Double, got Int", id="x-int"),
-    pytest.param((_x, torch.zeros(64, 64).bfloat16(), _t, _t), ValueError, r"y must be \[D, D\] with D = x.size\(-1\) = 128, got \[64, 64\]", id="y-shape"),
-    pytest.param((_x, torch.zeros(D, D, D).bfloat16(), _t, _t), ValueError, r"y must be \[D, D\].*got \[128, 128, 128\]", id="y-rank"),
-    pytest.param((_x, _y.half(), _t, _t), TypeError, r"y must have dtype BFloat16 \(x.dtype\) or Float, got Half", id="y-dtype"),
+    pytest.param((_x.int(), _y, _t, _t), TypeError, r"x must have dtype torch.bfloat16, torch.float16, torch.float32 or torch.float64, got torch.int32; pass x.float\(\)", id="x-int"),
+    pytest.param((_x, torch.zeros(64, 64).bfloat16(), _t, _t), ValueError, r"mat must be \[D, D\] with D = x.size\(-1\) = 128, got \[64, 64\]; build it for D, e.g. get_half_matrix\(128\)", id="mat-shape"),
+    pytest.param((_x, torch.zeros(D, D, D).bfloat16(), _t, _t), ValueError, r"mat must be \[D, D\].*got \[128, 128, 128\]", id="mat-rank"),
+    pytest.param((_x, torch.ones(D, D, dtype=torch.complex64), _t, _t), TypeError, r"mat must have dtype torch.bfloat16 \(x.dtype\) or torch.float32 \(or another floating or integer dtype whose entries x.dtype holds exactly\), got torch.complex64; pass mat.to\(x.dtype\)", id="mat-dtype"),
+    pytest.param((_x.float(), torch.ones(D, D, dtype=torch.complex64), _t.float(), _t.float()), TypeError, r"mat must have dtype torch.float32 \(x.dtype\) \(or another .*, got torch.complex64; pass mat.to\(x.dtype\)", id="mat-dtype-fp32-x"),
     pytest.param((_x, _y, torch.randn(5, 64).bfloat16(), _t), ValueError, r"sin must have last dim D = x.size\(-1\) = 128, got \[5, 64\]", id="sin-lastdim"),
-    pytest.param((_x, _y, _t, torch.randn(6, D).bfloat16()), ValueError, r"cos \[6, 128\] does not broadcast to x \[2, 3, 5, 128\]", id="cos-broadcast"),
+    pytest.param((_x, _y, _t, torch.randn(6, D).bfloat16()), ValueError, r"cos \[6, 128\] does not broadcast to x \[2, 3, 5, 128\]: dim 0 is 6, expected 1 or 5 .*for_layout\(cos, layout\)", id="cos-broadcast"),
     pytest.param((_x, _y, torch.randn(1, 2, 3, 5, D).bfloat16(), _t), ValueError, r"sin must have rank 1..4", id="sin-rank"),
-    pytest.param((_x, _y, _t.half(), _t), TypeError, r"sin must have dtype BFloat16 \(x.dtype\) or Float, got Half", id="sin-dtype"),
-    pytest.param((_x, _y, _t, _t.double()), TypeError, r"cos must have dtype BFloat16 \(x.dtype\) or Float, got Double", id="cos-dtype"),
+    pytest.param((_x, _y, _t.int(), _t), TypeError, r"sin must have a floating dtype \(torch.bfloat16, torch.float16, torch.float32 or torch.float64\), got torch.int32; pass sin.float\(\)", id="sin-dtype"),
+    pytest.param((_x.float(), _y.float(), _t.float(), _t.int()), TypeError, r"cos must have a floating dtype .*, got torch.int32; pass cos.float\(\)", id="cos-dtype-fp32-x"),
     pytest.param((_x, _y, torch.randn(2, 1, D).bfloat16(), _t), ValueError, r"sin \[2, 1, 128\] does not broadcast", id="sin-bad-heads"),
 ]
+
+
+def test_messages_use_python_names():
+    # Python dtype names, Python argument names, never "Float or Float".
+    for args, exc, msg in [p.values for p in BAD]:
+        with pytest.raises(exc) as info:
+            ops.rope_matrix(*args)
+        text = str(info.value)
+        for c10_name in ("BFloat16", "Half", "Float", "Double", " y ", " y:"):
+            assert c10_name not in text, text
+    with pytest.raises(TypeError, match=r"q and k must have the same dtype, got torch.float32 and torch.float64; pass k.to\(q.dtype\)"):
+        ext.rope_matrix_qk(torch.randn(9, 64), torch.randn(9, 64).double(), torch.eye(64), torch.ones(64), torch.ones(64))
+
+
+def test_keyword_names_of_the_registered_ops():
+    x, y, sin, cos = _inputs(shape=(1, 2, 5, 64), split=(64,))
+    out = ops.rope_matrix(x, mat=y, sin=sin, cos=cos)
+    assert torch.equal(out, ops.rope_matrix(x, y, sin, cos))
+    assert [a.name for a in ops.rope_matrix.default._schema.arguments] == ["x", "mat", "sin", "cos"]
+    assert [a.name for a in ops.rope_matrix_qk.default._schema.arguments] == ["q", "k", "mat", "sin", "cos"]
+    assert [a.name for a in ops.rope_matrix_.default._schema.arguments] == ["x", "mat", "sin", "cos"]
 
 
 @pytest.mark.parametrize("args,exc,msg", BAD)
@@ -170,13 +212,13 @@ def test_bad_input_raises_while_tracing(args, exc, msg):
 
     with FakeTensorMode() as mode:
         fake = [mode.from_tensor(a) for a in args]
-        with pytest.raises(exc):
+        with pytest.raises(exc, match=msg):
             ops.rope_matrix(*fake)
 
 
 def test_different_devices():
     y_meta = torch.empty(D, D, device="meta", dtype=torch.bfloat16)
-    with pytest.raises((ValueError, RuntimeError), match="y must be on x's device|device"):
+    with pytest.raises(ValueError, match=r"mat must be on x's device cpu, got meta; pass mat.to\(x.device\)"):
         ops.rope_matrix(_x, y_meta, _t, _t)
 
 
@@ -248,3 +290,128 @@ def test_cached_output_behaves_like_any_tensor():
     assert torch.equal(out[:2], ref)
     out.add_(1)
     assert out.is_contiguous() and out.device.type == "cpu"
+
+
+# ---- dtype rules: float64 tables, any-dtype exact matrices ------------------------------------
+
+X_DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def _fp64_tables(s=7, d=64, seed=5):
+    # Angles as Wan / diffusers build them: float64 cos/sin of float64 positions * frequencies.
+    pos = torch.arange(s, dtype=torch.float64)[:, None]
+    inv = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ang = torch.cat([pos * inv, pos * inv], dim=-1)
+    return ang.sin(), ang.cos()
+
+
+@pytest.mark.parametrize("dtype", X_DTYPES)
+@pytest.mark.parametrize("compiled", [False, True])
+def test_float64_tables_are_rounded_to_float32_once(dtype, compiled):
+    # The rule: a float64 table with a non-float64 x gives the bits of table.float() (nearest even).
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 3, 7, 64, generator=g).to(dtype)
+    sin, cos = _fp64_tables()
+    mat = ext.get_half_matrix(64)
+    f = ext.rope_matrix
+    if compiled:
+        torch._dynamo.reset()
+        f = torch.compile(ext.rope_matrix, fullgraph=True)
+    out = f(x, mat, sin, cos)
+    assert torch.equal(out, ext.rope_matrix(x, mat, sin.float(), cos.float()))
+    torch.testing.assert_close(out, rope_matrix_reference(x, mat, sin, cos), rtol=0, atol=0)
+    # One table float64, the other x.dtype; and the fused q/k and in-place variants.
+    assert torch.equal(f(x, mat, sin, cos.to(dtype)), ext.rope_matrix(x, mat, sin.float(), cos.to(dtype)))
+    qo, ko = ext.rope_matrix_qk(x, x[:, :1], mat, sin, cos)
+    assert torch.equal(qo, out) and torch.equal(ko, out[:, :1])
+    xi = x.clone()
+    ext.rope_matrix_(xi, mat, sin, cos)
+    assert torch.equal(xi, out)
+
+
+def test_float64_table_rounding_is_nearest_even_not_truncation():
+    # A value halfway between two float32 neighbours rounds to the even one; truncation would not.
+    x = torch.ones(2, 16)
+    lo = torch.tensor(1.0, dtype=torch.float32)
+    ulp = torch.nextafter(lo, torch.tensor(2.0)) - lo
+    half_up = 1.0 + 1.5 * float(ulp)  # exactly between 1 + ulp and 1 + 2 ulp: rounds to 1 + 2 ulp
+    cos = torch.full((16,), half_up, dtype=torch.float64)
+    out = ext.rope_matrix(x, torch.zeros(16, 16), torch.zeros(16, dtype=torch.float64), cos)
+    assert out[0, 0].item() == 1.0 + 2 * float(ulp)
+
+
+def test_other_floating_tables_are_exact():
+    # float16 tables with a bfloat16 x (and bfloat16 tables with float64 x) convert exactly.
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(3, 5, 32, generator=g).bfloat16()
+    sin, cos = torch.randn(5, 32, generator=g).half(), torch.randn(5, 32, generator=g).half()
+    mat = ext.get_interleave_matrix(32)
+    assert torch.equal(ext.rope_matrix(x, mat, sin, cos), ext.rope_matrix(x, mat, sin.float(), cos.float()))
+    x64 = x.double()
+    out = ext.rope_matrix(x64, mat, sin.bfloat16(), cos.bfloat16())
+    torch.testing.assert_close(out, rope_matrix_reference(x64, mat, sin.bfloat16(), cos.bfloat16()), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", X_DTYPES + [torch.float64])
+@pytest.mark.parametrize("mat_dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16, torch.int8, torch.int64])
+def test_exact_matrix_in_any_dtype(dtype, mat_dtype):
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 5, 64, generator=g).to(dtype)
+    sin, cos = torch.randn(5, 64, generator=g), torch.randn(5, 64, generator=g)
+    mat_x = ext.get_quarter_matrix(64, dtype=dtype)
+    mat = mat_x.to(mat_dtype)
+    expected = ext.rope_matrix(x, mat_x, sin, cos)
+    assert torch.equal(ext.rope_matrix(x, mat, sin, cos), expected)
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(ext.rope_matrix, fullgraph=True)(x, mat, sin, cos), expected)
+
+
+def test_dense_matrix_in_another_dtype_must_be_exact():
+    x = torch.randn(2, 4, 32).bfloat16()
+    t = torch.randn(4, 32)
+    exact = (torch.randn(32, 32) * 4).round() / 4  # quarters: exact in bfloat16
+    assert torch.equal(ext.rope_matrix(x, exact.double(), t, t), ext.rope_matrix(x, exact.bfloat16(), t, t))
+    third = torch.full((32, 32), 1.0 / 3.0, dtype=torch.float64)
+    with pytest.raises(
+        ValueError,
+        match=r"mat has dtype torch.float64 and entries that torch.bfloat16 \(x.dtype\) cannot hold exactly, "
+        r"e.g. mat\[0, 0\] = 0.333.*; pass mat.to\(x.dtype\) to round them once",
+    ):
+        ext.rope_matrix(x, third, t, t)
+    with pytest.raises(ValueError, match=r"mat has dtype torch.int64 .*mat\[0, 0\] = 257"):
+        ext.rope_matrix(x, torch.full((32, 32), 257), t, t)
+
+
+def test_builders_agree_on_default_dtypes():
+    from npu_ops_transformer_ext.tables import rope_1d
+
+    tab = rope_1d(8, 64)
+    for build in (ext.get_half_matrix, ext.get_interleave_matrix, ext.get_quarter_matrix, ext.get_interleave_half_matrix):
+        assert build(64).dtype == tab.mat.dtype == tab.cos.dtype == tab.sin.dtype == torch.float32
+    # So the defaults work with every x dtype.
+    for dtype in X_DTYPES + [torch.float64]:
+        x = torch.randn(8, 64).to(dtype)
+        torch.testing.assert_close(ext.rope_matrix(x, ext.get_half_matrix(64), tab.sin, tab.cos),
+                                   rope_matrix_reference(x, ext.get_half_matrix(64), tab.sin, tab.cos), rtol=0, atol=0)
+
+
+def test_float64_tables_and_matrix_under_autograd():
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 7, 64, generator=g).bfloat16().requires_grad_()
+    sin, cos = (t.requires_grad_() for t in _fp64_tables())
+    mat = ext.get_half_matrix(64, dtype=torch.float64)
+    ext.rope_matrix(x, mat, sin, cos).float().square().sum().backward()
+    assert x.grad.dtype == torch.bfloat16 and sin.grad.dtype == cos.grad.dtype == torch.float64
+    x2 = x.detach().clone().requires_grad_()
+    s2, c2 = (t.detach().float().requires_grad_() for t in (sin, cos))
+    ext.rope_matrix(x2, mat.float(), s2, c2).float().square().sum().backward()
+    assert torch.equal(x.grad, x2.grad)
+    torch.testing.assert_close(sin.grad.float(), s2.grad, rtol=0, atol=0)
+
+
+def test_expanded_float64_table_is_converted_without_materializing():
+    x = torch.randn(4, 6, 9, 64).bfloat16()
+    s, c = _fp64_tables(9, 64)
+    sin, cos = s.expand(4, 6, 9, 64), c[None, None].expand(4, 6, 9, 64)
+    assert torch.equal(ext.rope_matrix(x, ext.get_half_matrix(64), sin, cos),
+                       ext.rope_matrix(x, ext.get_half_matrix(64), s.float(), c.float()))

@@ -130,7 +130,7 @@ def test_runaway_loop_is_stopped():
 def test_npu_limits_name_argument_and_values():
     x, y, sin, cos = _inputs(d=128)
     with pytest.raises(
-        TypeError, match="x must have dtype BFloat16, Half or Float on the NPU, got Double"
+        TypeError, match="x must have dtype torch.bfloat16, torch.float16 or torch.float32 on the NPU, got torch.float64"
     ):
         twin.run(x.double(), y.double(), sin.double(), cos.double())
     xs = torch.randn(1, 2, 5, 8, dtype=torch.bfloat16)
@@ -140,10 +140,10 @@ def test_npu_limits_name_argument_and_values():
         twin.run(x, y, sin.expand(1, 3, 41, 128).contiguous(), cos)
     dense = torch.full((128, 128), 1.0 / 3.0)
     with pytest.raises(
-        ValueError, match="y has dtype Float with values not exactly representable in BFloat16"
+        ValueError, match="mat has dtype torch.float32 with values not exactly representable in torch.bfloat16"
     ):
         twin.run(x, dense, sin, cos)
     with pytest.raises(
-        ValueError, match=r"y must be \[D, D\] with D = x.size\(-1\) = 128, got \[64, 64\]"
+        ValueError, match=r"mat must be \[D, D\] with D = x.size\(-1\) = 128, got \[64, 64\]"
     ):
         twin.run(x, torch.eye(64, dtype=torch.bfloat16), sin, cos)

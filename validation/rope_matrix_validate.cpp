@@ -1,6 +1,7 @@
 #include "rope_matrix_validate.h"
 
 #include <algorithm>
+#include <cctype>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -21,14 +22,43 @@ std::string shape_str(at::IntArrayRef sizes) {
   return os.str();
 }
 
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kHalf: return "torch.float16";
+    case at::kFloat: return "torch.float32";
+    case at::kDouble: return "torch.float64";
+    case at::kByte: return "torch.uint8";
+    case at::kChar: return "torch.int8";
+    case at::kShort: return "torch.int16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kBool: return "torch.bool";
+    case at::kComplexHalf: return "torch.complex32";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    default: {
+      std::string n = c10::toString(t);
+      std::transform(n.begin(), n.end(), n.begin(), [](unsigned char c) { return std::tolower(c); });
+      return "torch." + n;
+    }
+  }
+}
+
 namespace {
+
+// "torch.bfloat16 (x.dtype) or torch.float32", or "torch.float32 (x.dtype)" for a float32 x.
+std::string x_dtype_or_float(at::ScalarType x_dtype, const char* x_name) {
+  std::string s = dtype_name(x_dtype) + " (" + x_name + ".dtype)";
+  return x_dtype == at::kFloat ? s : s + " or torch.float32";
+}
 
 void check_table(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x,
                  const char* x_name) {
   const int64_t D = x.size(-1);
-  TORCH_CHECK_TYPE(t.scalar_type() == x.scalar_type() || t.scalar_type() == at::kFloat, op, ": ",
-                   name, " must have dtype ", x.scalar_type(), " (", x_name,
-                   ".dtype) or Float, got ", t.scalar_type());
+  TORCH_CHECK_TYPE(is_supported_x_dtype(t.scalar_type()), op, ": ", name,
+                   " must have a floating dtype (torch.bfloat16, torch.float16, torch.float32 or "
+                   "torch.float64), got ", dtype_name(t.scalar_type()), "; pass ", name, ".float()");
   TORCH_CHECK_VALUE(t.dim() >= 1 && t.dim() <= x.dim(), op, ": ", name,
                     " must have rank 1..", x.dim(), " (", x_name, " has rank ", x.dim(),
                     ") and broadcast to ", x_name, " ", shape_str(x.sizes()), ", got ",
@@ -40,33 +70,76 @@ void check_table(const char* op, const char* name, const at::Tensor& t, const at
     TORCH_CHECK_VALUE(t.size(i) == 1 || t.size(i) == x.size(off + i), op, ": ", name, " ",
                       shape_str(t.sizes()), " does not broadcast to ", x_name, " ",
                       shape_str(x.sizes()), ": dim ", i, " is ", t.size(i), ", expected 1 or ",
-                      x.size(off + i));
+                      x.size(off + i), " (dims align from the right; for_layout(", name,
+                      ", layout) views an [S, D] table for a BNSD, BSND or SBND ", x_name, ")");
   }
   TORCH_CHECK_VALUE(t.device() == x.device(), op, ": ", name, " must be on ", x_name,
-                    "'s device ", x.device(), ", got ", t.device());
+                    "'s device ", x.device(), ", got ", t.device(), "; pass ", name, ".to(",
+                    x_name, ".device)");
 }
 
 }  // namespace
 
-void check_rope_matrix_inputs(const char* op, const at::Tensor& x, const at::Tensor& y,
-                              const at::Tensor& sin, const at::Tensor& cos, const char* x_name) {
-  TORCH_CHECK_VALUE(x.defined() && y.defined() && sin.defined() && cos.defined(), op,
+at::Tensor kernel_table(const at::Tensor& t, at::ScalarType x_dtype) {
+  if (t.scalar_type() == x_dtype || t.scalar_type() == at::kFloat) return t;
+  // Convert only the distinct elements of an expanded table, then expand again.
+  std::vector<int64_t> sizes = t.sizes().vec();
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    if (t.stride(i) == 0) sizes[i] = 1;
+  }
+  return t.as_strided(sizes, t.strides()).to(at::kFloat).expand(t.sizes());
+}
+
+RopeOperands check_rope_matrix_inputs(const char* op, const at::Tensor& x, const at::Tensor& mat,
+                                      const at::Tensor& sin, const at::Tensor& cos, const char* x_name) {
+  TORCH_CHECK_VALUE(x.defined() && mat.defined() && sin.defined() && cos.defined(), op,
                     ": every argument must be a defined tensor");
   TORCH_CHECK_VALUE(x.dim() >= kMinXRank, op, ": ", x_name, " must have rank >= ", kMinXRank,
                     " ([..., S, D]), got ", shape_str(x.sizes()));
   TORCH_CHECK_TYPE(is_supported_x_dtype(x.scalar_type()), op, ": ", x_name,
-                   " must have dtype BFloat16, Half, Float or Double, got ", x.scalar_type());
+                   " must have dtype torch.bfloat16, torch.float16, torch.float32 or torch.float64, "
+                   "got ", dtype_name(x.scalar_type()), "; pass ", x_name, ".float()");
   const int64_t D = x.size(-1);
-  TORCH_CHECK_VALUE(y.dim() == 2 && y.size(0) == D && y.size(1) == D, op,
-                    ": y must be [D, D] with D = ", x_name, ".size(-1) = ", D, ", got ",
-                    shape_str(y.sizes()));
-  TORCH_CHECK_TYPE(y.scalar_type() == x.scalar_type() || y.scalar_type() == at::kFloat, op,
-                   ": y must have dtype ", x.scalar_type(), " (", x_name,
-                   ".dtype) or Float, got ", y.scalar_type());
-  TORCH_CHECK_VALUE(y.device() == x.device(), op, ": y must be on ", x_name, "'s device ",
-                    x.device(), ", got ", y.device());
+  TORCH_CHECK_VALUE(mat.dim() == 2 && mat.size(0) == D && mat.size(1) == D, op,
+                    ": mat must be [D, D] with D = ", x_name, ".size(-1) = ", D, ", got ",
+                    shape_str(mat.sizes()), "; build it for D, e.g. get_half_matrix(", D, ")");
+  const at::ScalarType mt = mat.scalar_type();
+  TORCH_CHECK_TYPE(mt == x.scalar_type() || mt == at::kFloat || at::isFloatingType(mt) ||
+                       at::isIntegralType(mt, /*includeBool=*/false),
+                   op, ": mat must have dtype ", x_dtype_or_float(x.scalar_type(), x_name),
+                   " (or another floating or integer dtype whose entries ", x_name,
+                   ".dtype holds exactly), got ", dtype_name(mt), "; pass mat.to(", x_name, ".dtype)");
+  TORCH_CHECK_VALUE(mat.device() == x.device(), op, ": mat must be on ", x_name, "'s device ",
+                    x.device(), ", got ", mat.device(), "; pass mat.to(", x_name, ".device)");
   check_table(op, "sin", sin, x, x_name);
   check_table(op, "cos", cos, x, x_name);
+  RopeOperands r{mat, kernel_table(sin, x.scalar_type()), kernel_table(cos, x.scalar_type())};
+  if (mt != x.scalar_type() && mt != at::kFloat) {
+    // Any other dtype: taken when x.dtype holds every entry exactly (a signed permutation in any
+    // dtype), converted to x.dtype; otherwise the caller chooses the rounding.
+    r.mat = mat.to(x.scalar_type());
+    at::Tensor differs = r.mat.to(mt).ne(mat);
+    if (at::isFloatingType(mt)) differs = differs.logical_and(mat.isnan().logical_not());
+    const at::Tensor bad = differs.nonzero();
+    if (bad.size(0) > 0) {
+      const int64_t i = bad[0][0].item<int64_t>(), j = bad[0][1].item<int64_t>();
+      TORCH_CHECK_VALUE(false, op, ": mat has dtype ", dtype_name(mt), " and entries that ",
+                        dtype_name(x.scalar_type()), " (", x_name, ".dtype) cannot hold exactly, e.g. mat[",
+                        i, ", ", j, "] = ", mat.select(0, i).select(0, j).item<double>(), "; pass mat.to(",
+                        x_name, ".dtype) to round them once, or mat.float()");
+    }
+  }
+  return r;
+}
+
+RopeOperands check_rope_matrix_qk_inputs(const char* op, const at::Tensor& q, const at::Tensor& k,
+                                         const at::Tensor& mat, const at::Tensor& sin, const at::Tensor& cos) {
+  const RopeOperands r = check_rope_matrix_inputs(op, q, mat, sin, cos, "q");
+  check_rope_matrix_inputs(op, k, mat, sin, cos, "k");
+  TORCH_CHECK_TYPE(q.scalar_type() == k.scalar_type(), op, ": q and k must have the same dtype, got ",
+                   dtype_name(q.scalar_type()), " and ", dtype_name(k.scalar_type()),
+                   "; pass k.to(q.dtype)");
+  return r;
 }
 
 namespace {

@@ -2,7 +2,7 @@
 //
 // Every check runs before anything is written and its message names the argument, the expected
 // and the actual shape/dtype, e.g.
-//   rope_matrix: y must be [D, D] with D = x.size(-1) = 128, got [64, 64]
+//   rope_matrix: mat must be [D, D] with D = x.size(-1) = 128, got [64, 64]
 // The limits quoted in the README are the constants below.
 #pragma once
 
@@ -18,19 +18,43 @@ constexpr int64_t kMinXRank = 2;
 // True for the dtypes x may have: bfloat16, float16, float32, float64.
 bool is_supported_x_dtype(at::ScalarType t);
 
+// The Python name of a dtype: "torch.bfloat16" (not c10's "BFloat16"), for messages.
+std::string dtype_name(at::ScalarType t);
+
 // "[1, 24, 8192, 128]"
 std::string shape_str(at::IntArrayRef sizes);
+
+// The operands as every kernel takes them, after check_rope_matrix_inputs:
+//   mat:      as given when its dtype is x.dtype or float32; any other dtype (float64, an integer
+//             dtype, bfloat16 with float16 x, ...) has been checked to hold only values x.dtype
+//             represents exactly, and converted to x.dtype.
+//   sin, cos: as given when their dtype is x.dtype or float32; any other floating dtype is
+//             converted to float32 once: exact from bfloat16/float16, rounded to nearest (ties to
+//             even) from float64. So a float64 table gives the same bits as table.float().
+struct RopeOperands {
+  at::Tensor mat, sin, cos;
+};
+
+// A table in the dtype the kernels take (see RopeOperands).
+at::Tensor kernel_table(const at::Tensor& t, at::ScalarType x_dtype);
 
 // Checks one rope_matrix problem. `op` prefixes every message; `x_name` names the x argument
 // ("x", "q", "k"). Throws c10::Error (ValueError/TypeError in Python) on the first violation.
 //   x:        rank >= 2, dtype bf16/fp16/fp32/fp64, last dim D
-//   y:        [D, D], dtype x.dtype or float32
+//   mat:      [D, D]; dtype x.dtype or float32, or any floating/integer dtype whose entries x.dtype
+//             holds exactly (checked on the values)
 //   sin, cos: rank 1..x.dim(), last dim D, every other dim 1 or equal to x's (aligned from the
-//             right), dtype x.dtype or float32
+//             right), any floating dtype
 //   all tensors on x's device
-void check_rope_matrix_inputs(const char* op, const at::Tensor& x, const at::Tensor& y,
-                              const at::Tensor& sin, const at::Tensor& cos,
-                              const char* x_name = "x");
+// Returns the operands to hand to the kernel (RopeOperands); x itself is never converted.
+RopeOperands check_rope_matrix_inputs(const char* op, const at::Tensor& x, const at::Tensor& mat,
+                                      const at::Tensor& sin, const at::Tensor& cos,
+                                      const char* x_name = "x");
+
+// check_rope_matrix_inputs for q and for k, and q.dtype == k.dtype (rope_matrix_qk).
+RopeOperands check_rope_matrix_qk_inputs(const char* op, const at::Tensor& q, const at::Tensor& k,
+                                         const at::Tensor& mat, const at::Tensor& sin,
+                                         const at::Tensor& cos);
 
 // Whether two elements of x are (partly) the same memory, decided exactly from x's sizes, strides
 // and element size (kTooMany: the layout is so irregular that deciding it would list more than

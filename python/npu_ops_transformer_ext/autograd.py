@@ -272,7 +272,7 @@ def _rope_matrix_inplace_autograd(x, y, sin, cos):
             "does not require grad (e.g. x.detach())."
         )
     if torch.is_grad_enabled():
-        for name, t in (("y", y), ("sin", sin), ("cos", cos)):
+        for name, t in (("mat", y), ("sin", sin), ("cos", cos)):
             if t.requires_grad:
                 raise RuntimeError(
                     f"rope_matrix_: {name} requires grad; the in-place op is for inference and "

@@ -2,8 +2,9 @@
 
 Every builder returns a signed permutation (each row and each column holds exactly one entry, +1 or
 -1), so ``x @ R`` only moves and negates elements: it is exact in any dtype, and the operator takes
-its gather-free fused path and is bit-exact. Each builder takes ``dtype`` (default bfloat16, as in
-the original operator's script) and ``device``.
+its gather-free fused path and is bit-exact. Each builder takes ``dtype`` and ``device``. The
+default dtype is float32, as for the tables (``tables.py``): the operator takes a float32 matrix with
+every x dtype, and a signed permutation in any dtype (its entries are exact everywhere).
 
 In the docstrings, ``x1, x2 = x.chunk(2, -1)`` and ``rotate_half(x) = cat(-x2, x1)``;
 ``rotate_every_two(x)`` maps ``(x0, x1, x2, x3, ...)`` to ``(-x1, x0, -x3, x2, ...)``.
@@ -27,7 +28,7 @@ def _check_n(n: int, multiple: int, name: str) -> None:
         raise ValueError(f"{name}: n must be a positive multiple of {multiple}, got {n!r}")
 
 
-def get_interleave_matrix(n: int, dtype=torch.bfloat16, device=None) -> torch.Tensor:
+def get_interleave_matrix(n: int, dtype=torch.float32, device=None) -> torch.Tensor:
     """[n, n] rotate matrix of the interleave (GPT-J, "rotate_every_two") mode.
 
     ``R[2i, 2i+1] = 1`` and ``R[2i+1, 2i] = -1``, so ``x @ R == rotate_every_two(x)``: element pairs
@@ -42,7 +43,7 @@ def get_interleave_matrix(n: int, dtype=torch.bfloat16, device=None) -> torch.Te
     return m
 
 
-def get_half_matrix(n: int, dtype=torch.bfloat16, device=None) -> torch.Tensor:
+def get_half_matrix(n: int, dtype=torch.float32, device=None) -> torch.Tensor:
     """[n, n] rotate matrix of the half (GPT-NeoX, LLaMA, "rotate_half") mode.
 
     ``R[:n/2, n/2:] = I`` and ``R[n/2:, :n/2] = -I``, so ``x @ R == rotate_half(x) == cat(-x2, x1)``:
@@ -58,7 +59,7 @@ def get_half_matrix(n: int, dtype=torch.bfloat16, device=None) -> torch.Tensor:
     return m
 
 
-def get_quarter_matrix(n: int, dtype=torch.bfloat16, device=None) -> torch.Tensor:
+def get_quarter_matrix(n: int, dtype=torch.float32, device=None) -> torch.Tensor:
     """[n, n] rotate matrix of the quarter mode: the half mode applied to each half of D.
 
     With ``x1, x2, x3, x4 = x.chunk(4, -1)``, ``x @ R == cat(-x2, x1, -x4, x3)``, i.e.
@@ -70,7 +71,7 @@ def get_quarter_matrix(n: int, dtype=torch.bfloat16, device=None) -> torch.Tenso
     return compose_matrix(half, half)
 
 
-def get_interleave_half_matrix(n: int, dtype=torch.bfloat16, device=None) -> torch.Tensor:
+def get_interleave_half_matrix(n: int, dtype=torch.float32, device=None) -> torch.Tensor:
     """[n, n] rotate matrix of the interleave-half mode: de-interleave, then rotate half.
 
     With ``perm = [0, 2, 4, ..., n-2, 1, 3, ..., n-1]`` (the even elements, then the odd ones),

@@ -16,14 +16,25 @@ __all__ = ["rope_matrix", "rope_matrix_", "rope_matrix_qk"]
 
 
 def rope_matrix(x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
-    """Rotary position embedding as a matrix product: ``out = x * cos + (x @ mat) * sin``.
+    """RoPE ``(x, mat, sin, cos)``: x ``[..., D]``, mat ``[D, D]``, sin/cos broadcast to x -> ``x * cos + (x @ mat) * sin``.
+
+    The order is the operator's: **sin before cos** (HF transformers, flash-attn and diffusers pass
+    cos first). Pass the tables by keyword, ``rope_matrix(x, mat, sin=sin, cos=cos)``, so that a
+    swap shows in review; the registered op ``torch.ops.npu_ops_transformer_ext.rope_matrix`` takes
+    the same keywords.
 
     Shapes:
         x:        ``[..., D]``, rank >= 2: BNSD ``[B, N, S, D]``, BSND ``[B, S, N, D]``, ``[S, D]``, ...;
                   any strides. dtype bfloat16, float16, float32 or float64.
-        mat:      ``[D, D]`` rotate matrix (see ``get_half_matrix`` & co.), dtype x.dtype or float32.
+        mat:      ``[D, D]`` rotate matrix (see ``get_half_matrix`` & co.). dtype x.dtype or float32
+                  (used as given), or any other floating or integer dtype whose entries x.dtype
+                  holds exactly (checked on the values, then converted to x.dtype): a signed
+                  permutation in any dtype is accepted.
         sin, cos: any shape that broadcasts to x with last dim D (``[S, D]``, ``[1, 1, S, D]``,
-                  ``[1, S, 1, D]``, ``[B, 1, S, D]``, x's shape, ...), dtype x.dtype or float32.
+                  ``[1, S, 1, D]``, ``[B, 1, S, D]``, x's shape, ...). Any floating dtype: x.dtype
+                  and float32 are used as given; any other is converted to float32 once (exact
+                  from bfloat16/float16; float64 is rounded to the nearest float32, ties to even),
+                  so float64 tables give the same bits as ``sin.float()``, ``cos.float()``.
         returns:  a new contiguous tensor of x's shape and dtype.
 
     Numerics: computed in float32 (float64 for float64 x) and rounded once to x.dtype, round to
@@ -35,8 +46,13 @@ def rope_matrix(x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torc
     return torch.ops.npu_ops_transformer_ext.rope_matrix(x, mat, sin, cos)
 
 
-def rope_matrix_qk(q, k, mat, sin, cos):
-    """``rope_matrix`` on q and k in one call and one pass over the tables.
+def rope_matrix_qk(
+    q: torch.Tensor, k: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RoPE on q and k ``(q, k, mat, sin, cos)``: q/k ``[..., D]``, mat ``[D, D]``, sin/cos broadcast to both.
+
+    ``rope_matrix`` on q and k in one call and one pass over the tables; sin before cos, as in
+    ``rope_matrix`` (pass them by keyword: ``rope_matrix_qk(q, k, mat, sin=sin, cos=cos)``).
 
     Shapes: q ``[..., Hq, ..., D]`` and k ``[..., Hk, ..., D]`` may differ in head count (GQA/MQA);
     sin and cos must broadcast to both. Returns ``(q_out, k_out)``, new tensors.
@@ -44,8 +60,10 @@ def rope_matrix_qk(q, k, mat, sin, cos):
     return torch.ops.npu_ops_transformer_ext.rope_matrix_qk(q, k, mat, sin, cos)
 
 
-def rope_matrix_(x, mat, sin, cos) -> None:
-    """In-place ``rope_matrix``: ``x <- x * cos + (x @ mat) * sin``, same numerics; returns None.
+def rope_matrix_(x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> None:
+    """In-place RoPE ``(x, mat, sin, cos)``: x ``[..., D]``, mat ``[D, D]``, sin/cos broadcast to x; ``x <- x * cos + (x @ mat) * sin``.
+
+    Same numerics as ``rope_matrix``; returns None. sin before cos (pass them by keyword).
 
     For inference: saves the output allocation. x may have any layout that does not overlap
     itself (packed-QKV views such as ``qkv[:, :, 0]``, strided slices, transposes); it must share
@@ -59,16 +77,27 @@ def rope_matrix_(x, mat, sin, cos) -> None:
 # ---- fake kernels -------------------------------------------------------------------------------
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``"torch.bfloat16"`` (the spelling of every message)."""
+    return str(dtype)
+
+
+def _x_dtype_or_float(x_dtype, x_name) -> str:
+    s = f"{dtype_name(x_dtype)} ({x_name}.dtype)"
+    return s if x_dtype == torch.float32 else s + " or torch.float32"
+
+
 def _check_table(op, name, t, x, x_name):
     d = x.shape[-1]
     torch._check_type(
-        t.dtype == x.dtype or t.dtype == torch.float32,
-        lambda: f"{op}: {name} must have dtype {x.dtype} ({x_name}.dtype) or torch.float32, got {t.dtype}",
+        t.dtype in _X_DTYPES,
+        lambda: f"{op}: {name} must have a floating dtype (torch.bfloat16, torch.float16, torch.float32 or "
+        f"torch.float64), got {dtype_name(t.dtype)}; pass {name}.float()",
     )
     torch._check_value(
         1 <= t.dim() <= x.dim(),
-        lambda: f"{op}: {name} must have rank 1..{x.dim()} and broadcast to {x_name} "
-        f"{list(x.shape)}, got {list(t.shape)}",
+        lambda: f"{op}: {name} must have rank 1..{x.dim()} ({x_name} has rank {x.dim()}) and broadcast to "
+        f"{x_name} {list(x.shape)}, got {list(t.shape)}",
     )
     torch._check_value(
         t.shape[-1] == d,
@@ -78,50 +107,64 @@ def _check_table(op, name, t, x, x_name):
     for i in range(t.dim()):
         torch._check_value(
             t.shape[i] == 1 or t.shape[i] == x.shape[off + i],
-            lambda: f"{op}: {name} {list(t.shape)} does not broadcast to {x_name} {list(x.shape)}",
+            lambda: f"{op}: {name} {list(t.shape)} does not broadcast to {x_name} {list(x.shape)}: dim {i} "
+            f"is {t.shape[i]}, expected 1 or {x.shape[off + i]} (dims align from the right; "
+            f"for_layout({name}, layout) views an [S, D] table for a BNSD, BSND or SBND {x_name})",
         )
     torch._check_value(
-        t.device == x.device, lambda: f"{op}: {name} must be on {x_name}'s device {x.device}, got {t.device}"
+        t.device == x.device,
+        lambda: f"{op}: {name} must be on {x_name}'s device {x.device}, got {t.device}; "
+        f"pass {name}.to({x_name}.device)",
     )
 
 
-def check_inputs(op: str, x, y, sin, cos, x_name: str = "x") -> None:
-    """The Python mirror of the C++ validator, for fake tensors and Python-side entry points."""
+def check_inputs(op: str, x, mat, sin, cos, x_name: str = "x") -> None:
+    """The Python mirror of the C++ validator (validation/), for fake tensors: the same checks in
+    the same order, with the same messages."""
     torch._check_value(
         x.dim() >= 2, lambda: f"{op}: {x_name} must have rank >= 2 ([..., S, D]), got {list(x.shape)}"
     )
     torch._check_type(
         x.dtype in _X_DTYPES,
-        lambda: f"{op}: {x_name} must have dtype bfloat16, float16, float32 or float64, got {x.dtype}",
+        lambda: f"{op}: {x_name} must have dtype torch.bfloat16, torch.float16, torch.float32 or "
+        f"torch.float64, got {dtype_name(x.dtype)}; pass {x_name}.float()",
     )
     d = x.shape[-1]
     torch._check_value(
-        y.dim() == 2 and y.shape[0] == d and y.shape[1] == d,
-        lambda: f"{op}: y must be [D, D] with D = {x_name}.size(-1) = {d}, got {list(y.shape)}",
+        mat.dim() == 2 and mat.shape[0] == d and mat.shape[1] == d,
+        lambda: f"{op}: mat must be [D, D] with D = {x_name}.size(-1) = {d}, got {list(mat.shape)}; "
+        f"build it for D, e.g. get_half_matrix({d})",
     )
+    # Another floating or integer dtype is taken when x.dtype holds every entry exactly: the backends
+    # check that on the values (a fake tensor has none).
     torch._check_type(
-        y.dtype == x.dtype or y.dtype == torch.float32,
-        lambda: f"{op}: y must have dtype {x.dtype} ({x_name}.dtype) or torch.float32, got {y.dtype}",
+        mat.dtype.is_floating_point or (not mat.dtype.is_complex and mat.dtype != torch.bool),
+        lambda: f"{op}: mat must have dtype {_x_dtype_or_float(x.dtype, x_name)} (or another floating or "
+        f"integer dtype whose entries {x_name}.dtype holds exactly), got {dtype_name(mat.dtype)}; "
+        f"pass mat.to({x_name}.dtype)",
     )
     torch._check_value(
-        y.device == x.device, lambda: f"{op}: y must be on {x_name}'s device {x.device}, got {y.device}"
+        mat.device == x.device,
+        lambda: f"{op}: mat must be on {x_name}'s device {x.device}, got {mat.device}; "
+        f"pass mat.to({x_name}.device)",
     )
     _check_table(op, "sin", sin, x, x_name)
     _check_table(op, "cos", cos, x, x_name)
 
 
 @torch.library.register_fake(f"{_NS}::rope_matrix")
-def _rope_matrix_fake(x, y, sin, cos):
-    check_inputs("rope_matrix", x, y, sin, cos)
+def _rope_matrix_fake(x, mat, sin, cos):
+    check_inputs("rope_matrix", x, mat, sin, cos)
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 @torch.library.register_fake(f"{_NS}::rope_matrix_qk")
-def _rope_matrix_qk_fake(q, k, y, sin, cos):
-    check_inputs("rope_matrix_qk", q, y, sin, cos, "q")
-    check_inputs("rope_matrix_qk", k, y, sin, cos, "k")
+def _rope_matrix_qk_fake(q, k, mat, sin, cos):
+    check_inputs("rope_matrix_qk", q, mat, sin, cos, "q")
+    check_inputs("rope_matrix_qk", k, mat, sin, cos, "k")
     torch._check_type(
-        q.dtype == k.dtype, lambda: f"rope_matrix_qk: q and k must have the same dtype, got {q.dtype} and {k.dtype}"
+        q.dtype == k.dtype, lambda: f"rope_matrix_qk: q and k must have the same dtype, got {dtype_name(q.dtype)} and "
+        f"{dtype_name(k.dtype)}; pass k.to(q.dtype)"
     )
     return (
         torch.empty(q.shape, dtype=q.dtype, device=q.device),
@@ -172,6 +215,6 @@ def check_inplace(op: str, x) -> None:
 
 
 @torch.library.register_fake(f"{_NS}::rope_matrix_")
-def _rope_matrix_inplace_fake(x, y, sin, cos):
-    check_inputs("rope_matrix_", x, y, sin, cos)
+def _rope_matrix_inplace_fake(x, mat, sin, cos):
+    check_inputs("rope_matrix_", x, mat, sin, cos)
     check_inplace("rope_matrix_", x)

@@ -202,9 +202,9 @@ py::dict perm_tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, 
 py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin, const at::Tensor& cos,
                 const std::string& soc, uint32_t max_block_dim, const std::string& variant, const py::dict& patch,
                 uint64_t op_limit, uint64_t slot_bytes, const std::string& kernel) {
-  npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x, y, sin, cos);
+  const auto in = npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x, y, sin, cos);
   TORCH_CHECK_VALUE(x.device().is_cpu(), "twin.run: tensors must be on the CPU, got ", x.device());
-  rope_matrix::PreparedCall c = rope_matrix::prepare_call("rope_matrix", x, y, sin, cos);
+  rope_matrix::PreparedCall c = rope_matrix::prepare_call("rope_matrix", x, in.mat, in.sin, in.cos);
   at::Tensor out = at::empty(c.x.sizes(), c.x.options());
   py::dict result;
   if (c.empty) {
