@@ -6,6 +6,9 @@
 Environment:
     NPU_OPS_BUILD_TYPE   CMake build type (default Release)
     NPU_OPS_JOBS         parallel compile jobs (default: number of CPUs)
+
+The wheel requires the torch release it was built against (``torch_requirement``): the extension
+is compiled against that torch's C++ ABI, which changes between releases.
 """
 import os
 import subprocess
@@ -16,6 +19,22 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+
+
+def torch_requirement(version: str) -> str:
+    """The wheel's torch requirement for a build against torch ``version``: that exact release,
+    without the local suffix (``2.13.0+cpu`` -> ``torch==2.13.0``), which any local build of that
+    release (CPU, CUDA, or the one torch_npu needs) satisfies."""
+    release = version.split("+", 1)[0]
+    if not release or not release[0].isdigit():
+        raise ValueError(f"cannot read a torch release from torch.__version__ = {version!r}")
+    return f"torch=={release}"
+
+
+def _build_torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
 
 
 class CMakeExtension(Extension):
@@ -54,6 +73,7 @@ class CMakeBuild(build_ext):
 
 
 setup(
+    install_requires=[torch_requirement(_build_torch_version())],
     ext_modules=[CMakeExtension("npu_ops_transformer_ext._C")],
     cmdclass={"build_ext": CMakeBuild},
 )
