@@ -17,6 +17,7 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 
@@ -35,6 +36,31 @@ def _build_torch_version() -> str:
     import torch
 
     return str(torch.__version__)
+
+
+def _git_revision() -> str:
+    """Short hash of the source tree's HEAD (``+dirty`` with changes to tracked files), or ""."""
+    try:
+        run = lambda *a: subprocess.run(
+            ["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=10, check=False
+        ).stdout.strip()
+        sha = run("rev-parse", "--short", "HEAD")
+        if sha and run("status", "--porcelain", "--untracked-files=no"):
+            sha += "+dirty"
+        return sha
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+class BuildPy(build_py):
+    """Also records the git revision in the built package (``_build_info.GIT_REVISION``), which the
+    benchmark CSV reports when the installed package is not inside a git checkout."""
+
+    def run(self):
+        super().run()
+        target = Path(self.build_lib) / "npu_ops_transformer_ext" / "_build_info.py"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f'GIT_REVISION = "{_git_revision()}"\n')
 
 
 class CMakeExtension(Extension):
@@ -75,5 +101,5 @@ class CMakeBuild(build_ext):
 setup(
     install_requires=[torch_requirement(_build_torch_version())],
     ext_modules=[CMakeExtension("npu_ops_transformer_ext._C")],
-    cmdclass={"build_ext": CMakeBuild},
+    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy},
 )

@@ -26,9 +26,8 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
 
     import diffusers
-    from diffusers.models.transformers.transformer_wan import WanAttnProcessor
-
     import npu_ops_transformer_ext  # noqa: F401
+    from diffusers.models.transformers.transformer_wan import WanAttnProcessor
     from npu_ops_transformer_ext import diffusers_patch as dp
 
     rope = diffusers.models.transformers.transformer_wan.WanRotaryPosEmbed(

@@ -9,10 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import npu_ops_transformer_ext as pkg
 import pytest
 import torch
-
-import npu_ops_transformer_ext as pkg
 
 ROOT = Path(__file__).resolve().parent.parent
 SETUP = ROOT / "setup.py"
@@ -24,7 +23,7 @@ def _torch_requirement():
     tree = ast.parse(SETUP.read_text())
     fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "torch_requirement")
     ns = {}
-    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(SETUP), "exec"), ns)
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), str(SETUP), "exec"), ns)  # noqa: S102  (our own setup.py function, without running setup())
     return ns["torch_requirement"]
 
 
@@ -68,6 +67,8 @@ def test_installed_wheel_metadata():
         pytest.skip("not installed as a distribution")
     if Path(dist.locate_file("npu_ops_transformer_ext/__init__.py")).resolve() != Path(pkg.__file__).resolve():
         pytest.skip("imported from the source tree, not from the installed wheel")
+    if dist.read_text("WHEEL") is None:
+        pytest.skip("installed from the source tree (egg-info), not from a wheel")
     release = torch.__version__.split("+")[0]
     assert f"torch=={release}" in (dist.requires or [])
     files = {str(f) for f in dist.files or []}
@@ -82,7 +83,9 @@ def test_exports():
     assert (Path(pkg.__file__).parent / "py.typed").exists()
 
 
-@pytest.mark.parametrize("module", ["diffusers_patch", "matrices", "parallel"])
+@pytest.mark.parametrize(
+    "module", ["diffusers_patch", "matrices", "parallel", "bench", "precision", "plot", "_cli"]
+)
 def test_public_functions_have_hints_and_docstrings(module):
     mod = importlib.import_module(f"npu_ops_transformer_ext.{module}")
     assert mod.__doc__

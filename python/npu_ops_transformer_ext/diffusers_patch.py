@@ -167,7 +167,7 @@ def _rewritten_call(fn: types.FunctionType, family: str) -> types.FunctionType |
 def _patched_class(cls: type, family: str) -> type | None:
     key = (cls, family)
     if key not in _patched_classes:
-        call = getattr(cls, "__call__", None)
+        call = cls.__dict__.get("__call__") or getattr(cls, "__call__", None)  # noqa: B004
         new_call = _rewritten_call(call, family) if isinstance(call, types.FunctionType) else None
         _patched_classes[key] = (
             None
@@ -181,7 +181,7 @@ def _set_processor(module: nn.Module, processor: Any) -> None:
     if isinstance(module._modules.get("processor"), nn.Module) or isinstance(processor, nn.Module):
         module._modules.pop("processor", None)
         module.__dict__.pop("processor", None)
-    setattr(module, "processor", processor)
+    module.processor = processor
 
 
 def _drop_compiled_code() -> None:
