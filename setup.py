@@ -6,6 +6,9 @@
 Environment:
     NPU_OPS_BUILD_TYPE   CMake build type (default Release)
     NPU_OPS_JOBS         parallel compile jobs (default: number of CPUs)
+
+The wheel requires the torch release it was built against (``torch_requirement``): the extension
+is compiled against that torch's C++ ABI, which changes between releases.
 """
 import os
 import subprocess
@@ -14,8 +17,50 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
+
+
+def torch_requirement(version: str) -> str:
+    """The wheel's torch requirement for a build against torch ``version``: that exact release,
+    without the local suffix (``2.13.0+cpu`` -> ``torch==2.13.0``), which any local build of that
+    release (CPU, CUDA, or the one torch_npu needs) satisfies."""
+    release = version.split("+", 1)[0]
+    if not release or not release[0].isdigit():
+        raise ValueError(f"cannot read a torch release from torch.__version__ = {version!r}")
+    return f"torch=={release}"
+
+
+def _build_torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
+def _git_revision() -> str:
+    """Short hash of the source tree's HEAD (``+dirty`` with changes to tracked files), or ""."""
+    try:
+        run = lambda *a: subprocess.run(
+            ["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=10, check=False
+        ).stdout.strip()
+        sha = run("rev-parse", "--short", "HEAD")
+        if sha and run("status", "--porcelain", "--untracked-files=no"):
+            sha += "+dirty"
+        return sha
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+class BuildPy(build_py):
+    """Also records the git revision in the built package (``_build_info.GIT_REVISION``), which the
+    benchmark CSV reports when the installed package is not inside a git checkout."""
+
+    def run(self):
+        super().run()
+        target = Path(self.build_lib) / "npu_ops_transformer_ext" / "_build_info.py"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(f'GIT_REVISION = "{_git_revision()}"\n')
 
 
 class CMakeExtension(Extension):
@@ -54,6 +99,7 @@ class CMakeBuild(build_ext):
 
 
 setup(
+    install_requires=[torch_requirement(_build_torch_version())],
     ext_modules=[CMakeExtension("npu_ops_transformer_ext._C")],
-    cmdclass={"build_ext": CMakeBuild},
+    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy},
 )

@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Installs what the project needs, builds the wheel through CMake and installs it.
+# Installs what the project needs, builds the wheel through CMake and installs it, into the project
+# venv .venv by default (scripts/env.sh; USE_ACTIVE_ENV=1 for the active environment).
+# NPU_OPS_OPTIONAL=1 also installs requirements-optional.txt (diffusers, transformers, matplotlib,
+# tqdm: the tests against diffusers and transformers run instead of skipping).
 # CPU-only unless the CANN toolkit and torch_npu are present (the build says which in one line).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install -q -r requirements-dev.txt
+source scripts/env.sh
+"$PY" -m pip install -q -r requirements-dev.txt
+if [ "${NPU_OPS_OPTIONAL:-0}" = 1 ]; then
+  "$PY" -m pip install -q -r requirements-optional.txt
+fi
 rm -rf dist
-python -m build --wheel -n
-python -m pip install -q --force-reinstall --no-deps dist/*.whl
-python -c "import npu_ops_transformer_ext as m; print('installed npu_ops_transformer_ext', m.__version__)"
+"$PY" -m build --wheel -n
+"$PY" -m pip install -q --force-reinstall --no-deps dist/*.whl
+"$PY" -c "import npu_ops_transformer_ext as m; print('installed npu_ops_transformer_ext', m.__version__)"

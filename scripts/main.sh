@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job on CPU: install, check the precision of every mode, print the benchmark table.
+# The main job on CPU: install, check the precision of every mode, print the benchmark table
+# (in the project venv .venv by default; USE_ACTIVE_ENV=1 for the active environment).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-python -m npu_ops_transformer_ext.precision --small
-python -m npu_ops_transformer_ext.bench "$@"
+source scripts/env.sh >/dev/null
+"$PY" -m npu_ops_transformer_ext.precision --small
+"$PY" -m npu_ops_transformer_ext.bench "$@"

@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from npu_ops_transformer_ext import bench
 
 
@@ -44,3 +45,51 @@ def test_decode_benchmark_script_runs():
     for lines in tables:
         rows = [line.split() for line in lines[2:]]
         assert [r[0] for r in rows] == ["1", "2"] and all(float(v) > 0 for r in rows for v in r[1:])
+
+
+def test_help_lists_every_option_with_default_and_values(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("usage: python -m npu_ops_transformer_ext.bench")
+    for opt in ("--shape", "--dtype", "--modes", "--providers", "--warmup", "--iters", "--threads",
+                "--csv", "--progress"):
+        assert opt in out
+    for value in (*bench.MODES, *bench.PROVIDERS, "{bfloat16,float16,float32}", "{auto,on,off}"):
+        assert value in out
+    for default in ("(default: 1,24,8192,128)", "(default: 20)", "(default: 3)", "(default: auto)",
+                    "(default: bfloat16)", "(default: bench_results/rope_matrix_cpu.csv)"):
+        assert default in out
+
+
+def test_csv_records_version_and_git(tmp_path):
+    import npu_ops_transformer_ext
+
+    out = tmp_path / "b.csv"
+    bench.main(["--shape", "1,1,8,128", "--iters", "1", "--warmup", "0", "--modes", "half",
+                "--providers", "rope_matrix,clone", "--csv", str(out), "--progress", "off"])
+    rows = list(csv.DictReader(out.open()))
+    assert rows and all(r["version"] == npu_ops_transformer_ext.__version__ for r in rows)
+    assert all(r["git"] for r in rows)  # a hash in a checkout or a built wheel, else "unknown"
+
+
+def test_progress_bar_and_quiet_fallback_without_tqdm(tmp_path, monkeypatch, capsys):
+    args = ["--shape", "1,1,8,128", "--iters", "2", "--warmup", "1", "--modes", "half,dense",
+            "--providers", "rope_matrix,clone", "--csv", "", "--progress", "on"]
+    pytest.importorskip("tqdm")
+    bench.main(args)
+    err = capsys.readouterr().err
+    assert "bench" in err and "/12 [" in err  # (1 warmup + 2 timed) x 2 providers x 2 modes
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # as if tqdm were not installed
+    bench.main(args)
+    captured = capsys.readouterr()
+    assert captured.err == "" and "rope_matrix benchmark" in captured.out
+
+
+def test_bad_arguments_name_the_valid_values(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--modes", "half,diagonal"])
+    assert "choose from half, interleave, 3d, dense" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--shape", "1,2,3"])
+    assert "B,N,S,D" in capsys.readouterr().err

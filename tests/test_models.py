@@ -344,23 +344,3 @@ def test_patch_diffusers_transformer(family, monkeypatch):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert torch.equal(back, want)
     assert torch.equal(again, got)
-
-
-@needs_diffusers
-def test_patch_restores_module_functions():
-    import diffusers.models.embeddings as emb
-    import diffusers.models.transformers.transformer_flux as tf
-    from npu_ops_transformer_ext import diffusers_patch as dp
-
-    orig_tf, orig_emb = tf.apply_rotary_emb, emb.apply_rotary_emb
-    a, _ = _tiny("flux")
-    b, _ = _tiny("flux")
-    dp.patch_rope(a)
-    dp.patch_rope(b)
-    assert tf.apply_rotary_emb is models.apply_rotary_emb
-    dp.unpatch_rope(a)
-    assert tf.apply_rotary_emb is models.apply_rotary_emb  # b still patched
-    dp.unpatch_rope(b)
-    assert tf.apply_rotary_emb is orig_tf and emb.apply_rotary_emb is orig_emb
-    with pytest.raises(TypeError, match="unsupported model"):
-        dp.patch_rope(torch.nn.Linear(2, 2))

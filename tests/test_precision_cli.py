@@ -70,3 +70,36 @@ def test_cli_entry_point_fp32_tables():
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "OK: v5 within threshold" in r.stdout
+
+
+def test_help_lists_every_option_with_default_and_values(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        precision.main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert out.startswith("usage: python -m npu_ops_transformer_ext.precision")
+    for opt in ("--shape", "--small", "--dtype", "--table-dtype", "--dims", "--modes", "--device",
+                "--threshold", "--seed", "--progress"):
+        assert opt in out
+    for text in ("{bf16,fp16,fp32}", "{same,fp32}", "1d, 2d, 3d", "half, interleave", "(default: bf16)",
+                 "(default: 1d,2d,3d)", "(default: 1,24,28800,128", "(default: auto)", "(default: 0)"):
+        assert text in out
+
+
+def test_unknown_dims_are_refused(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        precision.main(["--small", "--dims", "1d,4d"])
+    assert "choose from 1d, 2d, 3d" in capsys.readouterr().err
+
+
+def test_progress_on_small_run(capsys):
+    import pytest
+
+    pytest.importorskip("tqdm")
+    assert precision.main(["--small", "--dims", "1d", "--progress", "on"]) == 0
+    captured = capsys.readouterr()
+    assert "/2 [" in captured.err and "OK: v5 within threshold" in captured.out
+    assert "npu_ops_transformer_ext" in captured.out.splitlines()[0]

@@ -20,7 +20,9 @@ Providers (each computes the same result for the given mode):
 
 Prints a table and writes a long-format CSV (one row per mode and provider): median and p20/p80
 in ms, achieved GB/s (x read + output written + tables read once), ratios to ``clone`` and
-``copy_``, torch version, git sha, CPU model and thread count.
+``copy_``, package version, git revision (``unknown`` when neither a checkout nor the wheel knows
+it), torch version, CPU model and thread count. ``python -m npu_ops_transformer_ext.plot CSV``
+draws it. Long runs show a progress bar with an estimate of the time left (with tqdm installed).
 """
 from __future__ import annotations
 
@@ -29,17 +31,29 @@ import csv
 import os
 import platform
 import statistics
+<<<<<<< HEAD
 import subprocess
 import sys
+=======
+>>>>>>> h-pkg
 import time
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 from . import (
+<<<<<<< HEAD
     ops,  # noqa: F401  (registers the op)
     sweep,
+=======
+    _cli,
+    ops,  # noqa: F401  (registers the op)
+>>>>>>> h-pkg
 )
 from .reference import mode_matrix, rope_v1, rope_v3
+
+__all__ = ["MODES", "PROVIDERS", "main", "run"]
 
 MODES = {
     "half": ("half", [128]),
@@ -63,26 +77,21 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git_sha() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(__file__), timeout=5, check=False).stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-def _time_round_robin(fns: dict, warmup: int, iters: int) -> dict:
+def _time_round_robin(fns: dict, warmup: int, iters: int, bar: Any = None) -> dict:
     """Times every provider, one call of each per round, so that a change in machine load during the
     run affects all of them alike and the ratios stay meaningful. Returns {name: (median, p20, p80)}."""
+    bar = bar or _cli.progress(0, "", "off")
     for fn in fns.values():
         for _ in range(warmup):
             fn()
+            bar.update()
     samples = {name: [] for name in fns}
     for _ in range(iters):
         for name, fn in fns.items():
             t0 = time.perf_counter()
             fn()
             samples[name].append((time.perf_counter() - t0) * 1e3)
+            bar.update()
     out = {}
     for name, s in samples.items():
         q = statistics.quantiles(s, n=5) if len(s) >= 5 else [min(s)] * 4
@@ -123,18 +132,37 @@ def _providers(mode_name, x, y, sin, cos, sections, rot_mode):
     return fns
 
 
-def run(shape, dtype, modes, providers, warmup, iters, csv_path):
+def run(
+    shape: Sequence[int],
+    dtype: torch.dtype,
+    modes: Sequence[str],
+    providers: Sequence[str],
+    warmup: int,
+    iters: int,
+    csv_path: str | None,
+    progress: str = "auto",
+) -> list[dict]:
+    """Times ``providers`` on a BNSD x of ``shape`` and ``dtype`` for each of ``modes``; prints the
+    table, writes the CSV to ``csv_path`` (none when empty) and returns its rows. ``progress``:
+    auto, on or off (see ``--progress``)."""
     b, n, s, d = shape
     g = torch.Generator().manual_seed(0)
     x = torch.randn(b, n, s, d, generator=g).to(dtype)
     sin = torch.randn(1, 1, s, d, generator=g).to(dtype)
     cos = torch.randn(1, 1, s, d, generator=g).to(dtype)
     meta = {
-        "torch": torch.__version__, "git": _git_sha(), "cpu": _cpu_model(), "threads": torch.get_num_threads(),
+        "version": _cli.package_version(), "git": _cli.git_revision(), "torch": torch.__version__,
+        "cpu": _cpu_model(), "threads": torch.get_num_threads(),
         "dtype": str(dtype).replace("torch.", ""), "shape": "x".join(map(str, shape)), "layout": "BNSD",
     }
     rows = []
+    calls = sum(
+        (warmup + iters) * len([p for p in providers if MODES[m][0] is not None or p not in ("eager_v1", "compile_v1")])
+        for m in modes
+    )
+    bar = _cli.progress(calls, "bench", progress)
     for mode_name in modes:
+        bar.set_postfix_str(mode_name)
         rot_mode, sections = MODES[mode_name]
         if rot_mode is None:
             y = (torch.randn(d, d, generator=g) / d**0.5).to(dtype)
@@ -148,7 +176,7 @@ def run(shape, dtype, modes, providers, warmup, iters, csv_path):
         results = {}
         for group in ([p for p in chosen if p in FAST], [p for p in chosen if p not in FAST]):
             if group:
-                results.update(_time_round_robin({p: fns[p] for p in group}, warmup, iters))
+                results.update(_time_round_robin({p: fns[p] for p in group}, warmup, iters, bar))
         results = {p: results[p] for p in chosen}
         for p, (med, p20, p80) in results.items():
             row = {
@@ -160,9 +188,15 @@ def run(shape, dtype, modes, providers, warmup, iters, csv_path):
                 **meta,
             }
             rows.append(row)
+<<<<<<< HEAD
     header = f"{'mode':<11}{'provider':<21}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}{'/limit':>8}"
+=======
+    bar.close()
+    header = f"{'mode':<11}{'provider':<21}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}"
+>>>>>>> h-pkg
     print(f"rope_matrix benchmark: x {list(shape)} {meta['dtype']} BNSD, tables [1,1,S,D]; "
-          f"{meta['cpu']}, {meta['threads']} threads, torch {meta['torch']}, git {meta['git']}")
+          f"{meta['cpu']}, {meta['threads']} threads, torch {meta['torch']}, "
+          f"npu_ops_transformer_ext {meta['version']} (git {meta['git']})")
     print(header)
     for r in rows:
         print(f"{r['mode']:<11}{r['provider']:<21}{r['median_ms']:>10.2f}{r['p20_ms']:>8.2f}{r['p80_ms']:>8.2f}"
@@ -177,12 +211,13 @@ def run(shape, dtype, modes, providers, warmup, iters, csv_path):
     return rows
 
 
-def _sig(value, digits=4):
+def _sig(value: float, digits: int = 4) -> float:
     """``value`` kept to ``digits`` significant digits (a fixed number of decimals would print a
     tiny shape's GB/s or a fast provider's time as 0)."""
     return float(f"{value:.{digits}g}")
 
 
+<<<<<<< HEAD
 def main(argv=None):
     args = sys.argv[1:] if argv is None else list(argv)
     if "--sweep" in args:  # the size sweep against the memory limit (sweep.py has its own options)
@@ -194,23 +229,48 @@ def main(argv=None):
     ap.add_argument("--providers", default=",".join(PROVIDERS), help=f"comma list of {PROVIDERS}")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--iters", type=int, default=20)
+=======
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line: ``python -m npu_ops_transformer_ext.bench --help``."""
+    ap = argparse.ArgumentParser(
+        prog="python -m npu_ops_transformer_ext.bench",
+        description=__doc__,
+        formatter_class=_cli.HelpFormatter,
+    )
+    ap.add_argument("--shape", default="1,24,8192,128", help="B,N,S,D of the BNSD x")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                    help="dtype of x, the tables and the matrix")
+    ap.add_argument("--modes", default="half,interleave,3d,dense",
+                    help=f"comma list, each one of: {', '.join(MODES)}")
+    ap.add_argument("--providers", default=",".join(PROVIDERS),
+                    help=f"comma list, each one of: {', '.join(PROVIDERS)}")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed calls per provider and mode")
+    ap.add_argument("--iters", type=int, default=20, help="timed calls per provider and mode")
+>>>>>>> h-pkg
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--csv", default="bench_results/rope_matrix_cpu.csv")
+    ap.add_argument("--csv", default="bench_results/rope_matrix_cpu.csv",
+                    help="CSV file to write ('' for none)")
+    _cli.add_progress_option(ap)
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    shape = tuple(int(v) for v in a.shape.split(","))
-    if len(shape) != 4:
-        ap.error("--shape takes B,N,S,D")
+    try:
+        shape = tuple(int(v) for v in a.shape.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 4 or min(shape) < 1:
+        ap.error(f"--shape takes four positive integers B,N,S,D, got {a.shape!r}")
     modes = [m for m in a.modes.split(",") if m]
     for m in modes:
         if m not in MODES:
-            ap.error(f"unknown mode {m!r}; choose from {list(MODES)}")
+            ap.error(f"unknown mode {m!r}; choose from {', '.join(MODES)}")
     providers = [p for p in a.providers.split(",") if p]
     for p in providers:
         if p not in PROVIDERS:
-            ap.error(f"unknown provider {p!r}; choose from {PROVIDERS}")
-    run(shape, getattr(torch, a.dtype), modes, providers, a.warmup, a.iters, a.csv)
+            ap.error(f"unknown provider {p!r}; choose from {', '.join(PROVIDERS)}")
+    if a.iters < 1 or a.warmup < 0:
+        ap.error("--iters must be >= 1 and --warmup >= 0")
+    run(shape, getattr(torch, a.dtype), modes, providers, a.warmup, a.iters, a.csv, a.progress)
 
 
 if __name__ == "__main__":

@@ -9,67 +9,96 @@
     with rope_matrix_enabled(pipe.transformer):
         pipe(...)
 
-How each model is switched (diffusers' attention processors are left as they are):
+    compiled = torch.compile(pipe.transformer)
+    patch_rope(compiled)                  # a compiled model works too, before or after it has run
 
-* FLUX (``FluxTransformer2DModel``): the module-level ``apply_rotary_emb`` of
-  ``transformer_flux`` is replaced by ``models.apply_rotary_emb`` (same arguments).
-* HunyuanVideo (``HunyuanVideoTransformer3DModel``): its processor imports ``apply_rotary_emb``
-  from ``diffusers.models.embeddings`` at call time; that attribute is replaced.
-* Qwen-Image (``QwenImageTransformer2DModel``): ``apply_rotary_emb_qwen`` of
-  ``transformer_qwenimage`` is replaced by ``models.apply_rotary_emb_qwen``.
-* Wan (``WanTransformer3DModel`` and other models built from ``WanAttention``): Wan's processor
-  defines its rotation inside ``__call__``, so there is nothing to replace. Instead each
-  ``WanAttention`` gets a forward pre-hook that takes ``rotary_emb`` out of the call (the
-  processor then skips its own rotation) and forward hooks on ``norm_q``/``norm_k`` that rotate
-  their outputs with ``rope_matrix``: the processor applies RoPE right after these norms, so
-  the attention sees the same q/k. Hooks leave ``state_dict`` unchanged.
+**What is changed, and only there.** Each attention module of *the patched model* gets its own
+copy of its attention processor, of a subclass whose ``__call__`` is diffusers' own ``__call__``
+code with the one rotation function it uses swapped for this package's:
 
-Module-level replacements are process-wide while at least one model of that family is patched
-(reference-counted); ``unpatch_rope`` restores the originals when the last one is unpatched.
+* FLUX (``FluxTransformer2DModel``): ``apply_rotary_emb`` -> ``models.apply_rotary_emb``
+  (same arguments).
+* HunyuanVideo (``HunyuanVideoTransformer3DModel``): the ``apply_rotary_emb`` its processor
+  imports from ``diffusers.models.embeddings`` at call time -> ``models.apply_rotary_emb``.
+* Qwen-Image (``QwenImageTransformer2DModel``): ``apply_rotary_emb_qwen`` ->
+  ``models.apply_rotary_emb_qwen``.
+* Wan (``WanTransformer3DModel`` and any model built from ``WanAttention``): the rotation Wan's
+  processor defines inside ``__call__`` -> ``rope_matrix`` in interleave mode on the same tables.
+
+Nothing module-level of diffusers is replaced: other models in the process, patched or not, of
+the same family or another, keep diffusers' code. The one process-wide trace is an extra attribute
+``diffusers.models.embeddings._npu_ops_rope_apply_rotary_emb`` (a name no diffusers code uses),
+from which the patched HunyuanVideo processors import the replacement. Parameters, buffers and
+``state_dict`` are unchanged.
+
+**torch.compile.** ``patch_rope`` accepts the module ``torch.compile`` returns (it patches the
+model inside). Patching or unpatching after a compiled model has run is safe: when torch.compile
+has compiled anything in the process, ``patch_rope`` and ``unpatch_rope`` drop the compiled code
+(``torch._dynamo.reset_code_caches()``), so the next call recompiles and runs the patched (or
+restored) code. The compiled-code guards alone would not notice the new processors. The cost:
+*every* compiled model in the process recompiles on its next call; patch before compiling to
+avoid it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib
-import weakref
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any, Callable, TypeVar
+
+from torch import nn
 
 from . import models
 
 __all__ = ["SUPPORTED", "is_patched", "patch_rope", "rope_matrix_enabled", "unpatch_rope"]
 
-# family -> [(module path, attribute, replacement)]
-_GLOBAL_PATCHES = {
-    "flux": [
-        (
-            "diffusers.models.transformers.transformer_flux",
-            "apply_rotary_emb",
-            models.apply_rotary_emb,
-        )
-    ],
-    "hunyuan_video": [("diffusers.models.embeddings", "apply_rotary_emb", models.apply_rotary_emb)],
-    "qwen_image": [
-        (
-            "diffusers.models.transformers.transformer_qwenimage",
-            "apply_rotary_emb_qwen",
-            models.apply_rotary_emb_qwen,
-        )
-    ],
-}
+M = TypeVar("M", bound=nn.Module)
+
 _CLASS_FAMILY = {
     "FluxTransformer2DModel": "flux",
     "HunyuanVideoTransformer3DModel": "hunyuan_video",
     "QwenImageTransformer2DModel": "qwen_image",
     "WanTransformer3DModel": "wan",
 }
+#: The diffusers model classes ``patch_rope`` knows (any model built from ``WanAttention`` too).
 SUPPORTED = tuple(_CLASS_FAMILY)
 
-_originals: dict = {}  # (module, attr) -> original
-_refcount: dict = {}  # family -> number of patched models
 _ATTR = "_rope_matrix_patch"
+_PREFIX = "_npu_ops_rope_"
+# family -> name of the rotation function in the processor's __call__
+_TARGET = {
+    "flux": "apply_rotary_emb",
+    "hunyuan_video": "apply_rotary_emb",
+    "qwen_image": "apply_rotary_emb_qwen",
+    "wan": "apply_rotary_emb",
+}
+_patched_classes: dict = {}  # (processor class, family) -> patched subclass
 
 
-def _family(transformer) -> str:
+def _wan_rotate(hidden_states, freqs_cos, freqs_sin):
+    # Replaces the rotation Wan's processor defines in __call__ (same arguments: x [B, S, H, D],
+    # tables [1, S, 1, D] with each pair's angle repeated, i.e. interleave mode). Runs with the
+    # processor's globals, where patch_rope puts this package's ``models`` under the name below.
+    return _npu_ops_rope_models.apply_rotary_emb(  # noqa: F821
+        hidden_states, (freqs_cos[0, :, 0], freqs_sin[0, :, 0]), True, -1, 1
+    )
+
+
+def _replacement(family: str) -> Callable:
+    return models.apply_rotary_emb_qwen if family == "qwen_image" else models.apply_rotary_emb
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    """The model inside ``torch.compile(model)`` (an ``OptimizedModule``), else ``model``."""
+    inner = getattr(model, "_orig_mod", None)
+    return inner if isinstance(inner, nn.Module) else model
+
+
+def _family(transformer: nn.Module) -> str:
     for cls in type(transformer).__mro__:
         fam = _CLASS_FAMILY.get(cls.__name__)
         if fam:
@@ -77,112 +106,166 @@ def _family(transformer) -> str:
     if any(type(m).__name__ == "WanAttention" for m in transformer.modules()):
         return "wan"
     raise TypeError(
-        f"patch_rope: unsupported model {type(transformer).__name__}; supported: {', '.join(SUPPORTED)}"
+        f"patch_rope: unsupported model {type(transformer).__name__}; supported: "
+        f"{', '.join(SUPPORTED)} (or torch.compile of one of them)"
     )
 
 
-def _apply_global(family):
-    for mod_name, attr, repl in _GLOBAL_PATCHES[family]:
-        mod = importlib.import_module(mod_name)
-        key = (mod_name, attr)
-        if key not in _originals:
-            _originals[key] = getattr(mod, attr)
-        setattr(mod, attr, repl)
+def _globals_copy(glb: dict, family: str) -> dict:
+    """A copy of a diffusers module's globals, as the ``__dict__`` of a module registered under a
+    name of this package (torch.compile guards find a function's globals through its module)."""
+    name = f"{__name__}._patched.{family}.{glb['__name__']}"
+    mod = sys.modules.get(name)
+    if mod is None:
+        mod = types.ModuleType(name)
+        mod.__dict__.update(glb)
+        mod.__dict__["__name__"] = name  # __package__ stays diffusers': relative imports resolve
+        sys.modules[name] = mod
+    return mod.__dict__
 
 
-def _restore_global(family):
-    for mod_name, attr, _ in _GLOBAL_PATCHES[family]:
-        still_used = any(
-            _refcount.get(f, 0) > 0
-            and any((m, a) == (mod_name, attr) for m, a, _ in _GLOBAL_PATCHES[f])
-            for f in _GLOBAL_PATCHES
+def _rewritten_call(fn: types.FunctionType, family: str) -> types.FunctionType | None:
+    """``fn`` (a processor's ``__call__``) with its rotation swapped, or None when it has none."""
+    code = fn.__code__
+    name = _TARGET[family]
+    glb = _globals_copy(fn.__globals__, family)  # diffusers' own module stays untouched
+    if family == "wan":
+        consts = list(code.co_consts)
+        hits = [
+            i
+            for i, c in enumerate(consts)
+            if isinstance(c, types.CodeType) and c.co_name == name and not c.co_freevars
+        ]
+        if not hits:
+            return None
+        for i in hits:
+            consts[i] = _wan_rotate.__code__.replace(
+                co_name=consts[i].co_name, co_firstlineno=consts[i].co_firstlineno
+            )
+        glb[_PREFIX + "models"] = models
+        new_code = code.replace(co_consts=tuple(consts))
+    else:
+        if name not in code.co_names:
+            return None
+        new_name = _PREFIX + name
+        # Global loads (FLUX, Qwen-Image) find the new name in the copied globals; the call-time
+        # ``from ..embeddings import apply_rotary_emb`` (HunyuanVideo) imports the new name.
+        names = tuple(new_name if n == name else n for n in code.co_names)
+        new_code = code.replace(co_names=names)
+        glb[new_name] = _replacement(family)
+        if family == "hunyuan_video":
+            emb = importlib.import_module("diffusers.models.embeddings")
+            setattr(emb, new_name, _replacement(family))
+    new = types.FunctionType(new_code, glb, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__qualname__ = fn.__qualname__
+    new.__doc__ = fn.__doc__
+    new.__module__ = fn.__module__
+    return new
+
+
+def _patched_class(cls: type, family: str) -> type | None:
+    key = (cls, family)
+    if key not in _patched_classes:
+        call = cls.__dict__.get("__call__") or getattr(cls, "__call__", None)  # noqa: B004
+        new_call = _rewritten_call(call, family) if isinstance(call, types.FunctionType) else None
+        _patched_classes[key] = (
+            None
+            if new_call is None
+            else type(cls.__name__, (cls,), {"__call__": new_call, "__module__": cls.__module__})
         )
-        if not still_used and (mod_name, attr) in _originals:
-            setattr(importlib.import_module(mod_name), attr, _originals.pop((mod_name, attr)))
+    return _patched_classes[key]
 
 
-# ---- Wan: hooks ---------------------------------------------------------------------------------
+def _set_processor(module: nn.Module, processor: Any) -> None:
+    if isinstance(module._modules.get("processor"), nn.Module) or isinstance(processor, nn.Module):
+        module._modules.pop("processor", None)
+        module.__dict__.pop("processor", None)
+    module.processor = processor
 
 
-def _wan_hooks(attn):
-    slot = {"tables": None}
-    attn_ref = weakref.ref(attn)
+def _drop_compiled_code() -> None:
+    """Drops the code torch.compile has cached in this process, so that every compiled model
+    retraces on its next call and sees the processors as they are now. The cached code's guards do
+    not reliably notice a replaced processor, so this is what makes patching after compile safe."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is None:
+        return
+    try:
+        from torch._dynamo import convert_frame
 
-    def pre_hook(module, args, kwargs):
-        rotary = kwargs.pop("rotary_emb", None)
-        if rotary is None and len(args) > 3:
-            rotary, args = args[3], args[:3] + (None,) + args[4:]
-        slot["tables"] = rotary
-        return args, kwargs
-
-    def post_hook(module, args, output):
-        slot["tables"] = None
-        return output
-
-    def rotate(module, args, out):
-        tabs = slot["tables"]
-        if tabs is None:
-            return out
-        cos, sin = tabs
-        heads = attn_ref().heads
-        x = out.unflatten(-1, (heads, -1))  # [B, S, H, D]; tables [1, S, 1, D]
-        return models.apply_rotary_emb(x, (cos[0, :, 0], sin[0, :, 0]), sequence_dim=1).flatten(-2)
-
-    if getattr(attn, "norm_q", None) is None or getattr(attn, "norm_k", None) is None:
-        raise TypeError(
-            "patch_rope: this WanAttention has no norm_q/norm_k to attach the rotation to"
-        )
-    return [
-        attn.register_forward_pre_hook(pre_hook, with_kwargs=True),
-        attn.register_forward_hook(post_hook),
-        attn.norm_q.register_forward_hook(rotate),
-        attn.norm_k.register_forward_hook(rotate),
-    ]
+        if not (convert_frame.input_codes.seen or convert_frame.output_codes.seen):
+            return  # nothing was compiled yet
+    except (ImportError, AttributeError):
+        pass
+    reset = getattr(dynamo, "reset_code_caches", None) or dynamo.reset
+    reset()
 
 
 # ---- public -------------------------------------------------------------------------------------
 
 
-def is_patched(transformer) -> bool:
-    return getattr(transformer, _ATTR, None) is not None
+def is_patched(transformer: nn.Module) -> bool:
+    """Whether ``transformer`` (or the model inside ``torch.compile(transformer)``) is patched."""
+    return getattr(_unwrap(transformer), _ATTR, None) is not None
 
 
-def patch_rope(transformer):
-    """Make ``transformer`` (a diffusers Wan/FLUX/HunyuanVideo/Qwen-Image model) rotate q/k with
-    ``rope_matrix``. Idempotent; returns the transformer."""
-    if is_patched(transformer):
+def patch_rope(transformer: M) -> M:
+    """Make ``transformer`` rotate q/k with ``rope_matrix``; returns ``transformer``.
+
+    ``transformer``: a diffusers Wan, FLUX, HunyuanVideo or Qwen-Image transformer, or the module
+    ``torch.compile`` made of one. Only this model's attention processors are replaced (by
+    per-model copies); other models in the process are unaffected. Idempotent. Raises
+    ``TypeError`` for another model, or when none of its attention processors applies diffusers'
+    rotation (custom processors: set diffusers' default processor first).
+    """
+    model = _unwrap(transformer)
+    if is_patched(model):
         return transformer
-    family = _family(transformer)
-    handles = []
-    if family == "wan":
-        for m in transformer.modules():
-            if type(m).__name__ == "WanAttention":
-                handles += _wan_hooks(m)
-    else:
-        _apply_global(family)
-    _refcount[family] = _refcount.get(family, 0) + 1
-    object.__setattr__(transformer, _ATTR, (family, handles))
+    family = _family(model)
+    saved = []
+    for module in model.modules():
+        proc = getattr(module, "processor", None)
+        if proc is None or isinstance(proc, type):
+            continue
+        new_cls = _patched_class(type(proc), family)
+        if new_cls is None:
+            continue
+        new_proc = copy.copy(proc)
+        new_proc.__class__ = new_cls
+        saved.append((module, proc))
+        _set_processor(module, new_proc)
+    if not saved:
+        raise TypeError(
+            f"patch_rope: no attention processor of this {type(model).__name__} applies diffusers' "
+            f"rotary embedding ({_TARGET[family]}); custom processors are not patched: restore "
+            "diffusers' default ones (model.set_default_attn_processor() or the family's "
+            "processor class) before patch_rope"
+        )
+    object.__setattr__(model, _ATTR, (family, saved))
+    _drop_compiled_code()
     return transformer
 
 
-def unpatch_rope(transformer):
-    """Undo ``patch_rope``; a no-op for a model that is not patched. Returns the transformer."""
-    state = getattr(transformer, _ATTR, None)
+def unpatch_rope(transformer: M) -> M:
+    """Undo ``patch_rope`` (restores the model's own processor objects); a no-op for a model that
+    is not patched. Returns ``transformer``."""
+    model = _unwrap(transformer)
+    state = getattr(model, _ATTR, None)
     if state is None:
         return transformer
-    family, handles = state
-    for h in handles:
-        h.remove()
-    _refcount[family] -= 1
-    if family in _GLOBAL_PATCHES:
-        _restore_global(family)
-    object.__setattr__(transformer, _ATTR, None)
+    _family_name, saved = state
+    for module, proc in saved:
+        _set_processor(module, proc)
+    object.__setattr__(model, _ATTR, None)
+    _drop_compiled_code()
     return transformer
 
 
 @contextlib.contextmanager
-def rope_matrix_enabled(transformer):
-    """``with rope_matrix_enabled(model): ...`` patches for the block and restores afterwards."""
+def rope_matrix_enabled(transformer: M) -> Iterator[M]:
+    """``with rope_matrix_enabled(model): ...`` patches for the block and restores afterwards (a
+    model that was patched before the block stays patched)."""
     was = is_patched(transformer)
     patch_rope(transformer)
     try:
@@ -190,3 +273,4 @@ def rope_matrix_enabled(transformer):
     finally:
         if not was:
             unpatch_rope(transformer)
+

@@ -28,7 +28,9 @@ def _check_n(n: int, multiple: int, name: str) -> None:
         raise ValueError(f"{name}: n must be a positive multiple of {multiple}, got {n!r}")
 
 
-def get_interleave_matrix(n: int, dtype=torch.float32, device=None) -> torch.Tensor:
+def get_interleave_matrix(
+    n: int, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> torch.Tensor:
     """[n, n] rotate matrix of the interleave (GPT-J, "rotate_every_two") mode.
 
     ``R[2i, 2i+1] = 1`` and ``R[2i+1, 2i] = -1``, so ``x @ R == rotate_every_two(x)``: element pairs
@@ -43,7 +45,9 @@ def get_interleave_matrix(n: int, dtype=torch.float32, device=None) -> torch.Ten
     return m
 
 
-def get_half_matrix(n: int, dtype=torch.float32, device=None) -> torch.Tensor:
+def get_half_matrix(
+    n: int, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> torch.Tensor:
     """[n, n] rotate matrix of the half (GPT-NeoX, LLaMA, "rotate_half") mode.
 
     ``R[:n/2, n/2:] = I`` and ``R[n/2:, :n/2] = -I``, so ``x @ R == rotate_half(x) == cat(-x2, x1)``:
@@ -59,7 +63,9 @@ def get_half_matrix(n: int, dtype=torch.float32, device=None) -> torch.Tensor:
     return m
 
 
-def get_quarter_matrix(n: int, dtype=torch.float32, device=None) -> torch.Tensor:
+def get_quarter_matrix(
+    n: int, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> torch.Tensor:
     """[n, n] rotate matrix of the quarter mode: the half mode applied to each half of D.
 
     With ``x1, x2, x3, x4 = x.chunk(4, -1)``, ``x @ R == cat(-x2, x1, -x4, x3)``, i.e.
@@ -71,7 +77,9 @@ def get_quarter_matrix(n: int, dtype=torch.float32, device=None) -> torch.Tensor
     return compose_matrix(half, half)
 
 
-def get_interleave_half_matrix(n: int, dtype=torch.float32, device=None) -> torch.Tensor:
+def get_interleave_half_matrix(
+    n: int, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> torch.Tensor:
     """[n, n] rotate matrix of the interleave-half mode: de-interleave, then rotate half.
 
     With ``perm = [0, 2, 4, ..., n-2, 1, 3, ..., n-1]`` (the even elements, then the odd ones),

@@ -71,7 +71,7 @@ def shard_tables(
     rank: int,
     seq_dim: int = -2,
     mode: str = "contiguous",
-):
+) -> tuple[Tensor, Tensor]:
     """``(cos_local, sin_local)``: the rows of the tables for ``rank``'s positions. ``seq_dim`` is
     the table's sequence dim: -2 for ``[S, D]`` / ``[1, 1, S, D]`` (BNSD), -3 for ``[S, 1, D]`` /
     ``[1, S, 1, D]`` (BSND)."""
@@ -81,7 +81,6 @@ def shard_tables(
 def unshard(parts: Sequence[Tensor], dim: int, mode: str = "contiguous") -> Tensor:
     """Inverse of ``shard``: the ranks' shards (in rank order, e.g. from ``all_gather``) back in
     position order along ``dim``."""
-    len(parts)
     if mode == "contiguous":
         return torch.cat(list(parts), dim=dim)
     if mode != "zigzag":
@@ -94,7 +93,7 @@ def unshard(parts: Sequence[Tensor], dim: int, mode: str = "contiguous") -> Tens
     return torch.cat(firsts + seconds[::-1], dim=dim)
 
 
-def pad_tables(cos: Tensor, sin: Tensor, seq_len: int, seq_dim: int = -2):
+def pad_tables(cos: Tensor, sin: Tensor, seq_len: int, seq_dim: int = -2) -> tuple[Tensor, Tensor]:
     """Extend tables along ``seq_dim`` to ``seq_len`` rows with the identity (cos 1, sin 0), so
     padding tokens pass through ``rope_matrix`` unchanged."""
     n = cos.shape[seq_dim]

@@ -1,0 +1,112 @@
+"""Draws the CSV written by ``python -m npu_ops_transformer_ext.bench``: one bar group per mode,
+one bar per provider, time relative to the ``copy_`` floor (``clone`` or absolute times when the
+CSV has no ``copy_``; log scale; lower is better). The legend
+sits to the right of the plot, outside the data. Needs matplotlib (``pip install matplotlib``).
+
+    python -m npu_ops_transformer_ext.plot bench_results/rope_matrix_cpu.csv [-o bench.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from . import _cli
+
+__all__ = ["ORDER", "draw", "main", "read_csv"]
+
+#: Bar order (fastest expected first); providers missing from the CSV are left out.
+ORDER = ["rope_matrix", "rope_matrix_nocache", "compile_v1", "eager_v3", "eager_v1", "clone", "copy_"]
+
+_NO_MATPLOTLIB = (
+    "matplotlib is not installed; install it with `pip install matplotlib` "
+    "(or the package's extra: `pip install npu_ops_transformer_ext[plot]`)"
+)
+
+
+def read_csv(path: str) -> tuple[dict[str, dict[str, float]], dict[str, str], str]:
+    """``({mode: {provider: value}}, metadata of the last row, y label)`` from a bench CSV. The
+    value is the time relative to ``copy_``; without ``copy_`` in the CSV, relative to ``clone``;
+    without either, the median time in ms."""
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise ValueError(f"{path}: no rows (expected the CSV of python -m npu_ops_transformer_ext.bench)")
+    for column, label in (
+        ("x_copy", "time / copy_ (lower is better)"),
+        ("x_clone", "time / clone (lower is better)"),
+        ("median_ms", "median time, ms (lower is better)"),
+    ):
+        if any(r.get(column) for r in rows):
+            break
+    data: dict[str, dict[str, float]] = defaultdict(dict)
+    for r in rows:
+        data[r["mode"]][r["provider"]] = float(r.get(column) or "nan")
+    return dict(data), rows[-1], label
+
+
+def draw(path: str) -> Any:
+    """The matplotlib Figure for the bench CSV at ``path`` (raises ImportError without matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data, meta, ylabel = read_csv(path)
+    modes = list(data)
+    providers = [p for p in ORDER if any(p in data[m] for m in modes)]
+    providers += sorted({p for m in modes for p in data[m]} - set(providers))
+    width = 0.8 / max(1, len(providers))
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for i, p in enumerate(providers):
+        heights = [data[mo].get(p, math.nan) for mo in modes]
+        ax.bar([m + i * width for m in range(len(modes))], heights, width, label=p)
+    ax.set_xticks([m + 0.4 - width / 2 for m in range(len(modes))], modes)
+    ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    version = meta.get("version")
+    ax.set_title(
+        f"rope_matrix, x {meta.get('shape')} {meta.get('dtype')}, {meta.get('cpu')}, "
+        f"{meta.get('threads')} threads"
+        + (f", v{version} git {meta.get('git')}" if version else ""),
+        fontsize=9,
+    )
+    # outside the axes, to the right: never on top of a bar
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    fig.tight_layout()
+    return fig
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``python -m npu_ops_transformer_ext.plot --help``. Returns the exit status
+    (2 when matplotlib is missing)."""
+    ap = argparse.ArgumentParser(
+        prog="python -m npu_ops_transformer_ext.plot",
+        description=__doc__,
+        formatter_class=_cli.HelpFormatter,
+    )
+    ap.add_argument("csv", help="CSV written by python -m npu_ops_transformer_ext.bench")
+    ap.add_argument("-o", "--out", default="bench_results/rope_matrix_cpu.png",
+                    help="image to write (the format follows the extension: png, svg, pdf)")
+    a = ap.parse_args(argv)
+    try:
+        fig = draw(a.csv)
+    except ImportError as e:
+        if "matplotlib" not in str(e):
+            raise
+        print(f"error: {_NO_MATPLOTLIB}", file=sys.stderr)
+        return 2
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    fig.savefig(a.out, dpi=120, bbox_inches="tight")
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

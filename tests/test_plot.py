@@ -1,0 +1,75 @@
+"""python -m npu_ops_transformer_ext.plot: draws the bench CSV, legend off the data, and says what
+to install without matplotlib."""
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from npu_ops_transformer_ext import plot
+
+PROVIDERS = ["rope_matrix", "rope_matrix_nocache", "eager_v1", "eager_v3", "compile_v1", "clone", "copy_"]
+
+
+def _csv(path, with_copy=True):
+    fields = ["op", "mode", "provider", "median_ms", "x_clone", "x_copy", "version", "git", "shape",
+              "dtype", "cpu", "threads"]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for i, mode in enumerate(["half", "interleave", "3d", "dense"]):
+            for j, p in enumerate(PROVIDERS):
+                if not with_copy and p == "copy_":
+                    continue
+                w.writerow({"op": "rope_matrix", "mode": mode, "provider": p, "median_ms": 1 + i + j,
+                            "x_clone": (1 + j) / 6, "x_copy": (1 + j) if with_copy else "",
+                            "version": "0.1.0", "git": "abc1234", "shape": "1x2x16x128",
+                            "dtype": "bfloat16", "cpu": "cpu", "threads": 2})
+    return path
+
+
+def test_legend_does_not_cover_the_data(tmp_path):
+    pytest.importorskip("matplotlib")
+    fig = plot.draw(str(_csv(tmp_path / "b.csv")))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == plot.ORDER
+    assert legend.get_window_extent().x0 >= ax.get_window_extent().x1  # right of the axes
+    assert "abc1234" in ax.get_title()
+
+
+def test_main_writes_the_image_and_falls_back_without_copy(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "sub" / "b.png"
+    assert plot.main([str(_csv(tmp_path / "b.csv", with_copy=False)), "-o", str(out)]) == 0
+    assert out.stat().st_size > 1000 and "wrote" in capsys.readouterr().out
+    data, _, label = plot.read_csv(str(tmp_path / "b.csv"))
+    assert "clone" in label and data["half"]["rope_matrix"] == pytest.approx(1 / 6)
+
+
+def test_without_matplotlib_it_says_what_to_install(tmp_path, monkeypatch, capsys):
+    for name in list(sys.modules):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    assert plot.main([str(_csv(tmp_path / "b.csv")), "-o", str(tmp_path / "b.png")]) == 2
+    assert "pip install matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "b.png").exists()
+
+
+def test_module_entry_point_and_help():
+    r = subprocess.run([sys.executable, "-m", "npu_ops_transformer_ext.plot", "--help"],
+                       capture_output=True, text=True, timeout=60, check=True)
+    assert r.stdout.startswith("usage: python -m npu_ops_transformer_ext.plot")
+    assert "(default: bench_results/rope_matrix_cpu.png)" in r.stdout
+
+
+def test_old_script_still_works():
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "plot_bench.py"
+    if not script.exists():
+        pytest.skip("needs the source tree")
+    r = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                       timeout=60, check=True)
+    assert "npu_ops_transformer_ext.plot" in r.stdout
