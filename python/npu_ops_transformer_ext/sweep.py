@@ -128,7 +128,7 @@ def _time_round_robin(fns: dict, warmup: int, iters: int) -> dict:
     out = {}
     for name, s in samples.items():
         q = statistics.quantiles(s, n=5) if len(s) >= 5 else [min(s)] * 4
-        out[name] = (statistics.median(s), q[0], q[3])
+        out[name] = (statistics.median(s), q[0], q[3], min(s))
     return out
 
 
@@ -195,8 +195,9 @@ def run_sweep(sizes=SIZES, dtypes=DTYPES, layouts=LAYOUTS, modes=tuple(MODES), t
                         fns["copy_||"] = lambda out=out, x=xs[lay0]: out.copy_(x)
                     res = _time_round_robin(fns, warmup, iters)
                     limit_ms = {name: res[f"{name}||"][0] for name in lims}
+                    limit_min = {name: res[f"{name}||"][3] for name in lims}
                     copy_ms = res["copy_||"][0] if copy else None
-                    for key, (med, p20, p80) in res.items():
+                    for key, (med, p20, p80, low) in res.items():
                         prov, lay, m = key.split("|")
                         lim = limit_ms[limit_of(prov)]
                         moved = 2 * x_bytes * (2 if limit_of(prov) == "limit_qk" else 1) + t_bytes
@@ -206,7 +207,8 @@ def run_sweep(sizes=SIZES, dtypes=DTYPES, layouts=LAYOUTS, modes=tuple(MODES), t
                             "threads": nthreads, "provider": prov,
                             "store": getattr(lims.get(prov), "store", ""),
                             "median_ms": _sig(med), "p20_ms": _sig(p20), "p80_ms": _sig(p80),
-                            "gbps": _sig(moved / med / 1e6), "x_limit": _sig(med / lim, 3),
+                            "min_ms": _sig(low), "gbps": _sig(moved / med / 1e6), "x_limit": _sig(med / lim, 3),
+                            "x_limit_min": _sig(low / limit_min[limit_of(prov)], 3),
                             "x_copy": _sig(med / copy_ms, 3) if copy_ms else "",
                             "torch": torch.__version__, "heads": heads, "dim": dim,
                         })
@@ -237,10 +239,11 @@ def read_csv(path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def summary(rows) -> str:
+def summary(rows, stat="x_limit", threads=None) -> str:
     """A markdown table: rope_matrix ÷ limit per size (rows) and dtype × layout (columns), the
-    worst mode of each cell, at the largest thread count in ``rows``; then the qk and copy_ rows."""
-    nt = max(int(r["threads"]) for r in rows)
+    worst mode of each cell, at ``threads`` (default: the largest thread count in ``rows``); then
+    the qk and copy_ ratios. ``stat``: "x_limit" (ratio of medians) or "x_limit_min" (of minimums)."""
+    nt = threads or max(int(r["threads"]) for r in rows)
     rows = [r for r in rows if int(r["threads"]) == nt]
     cols = sorted({(r["dtype"], r["layout"]) for r in rows if r["provider"] == "rope_matrix"})
     sizes = sorted({int(r["S"]) for r in rows})
@@ -250,15 +253,42 @@ def summary(rows) -> str:
     for s in sizes:
         cell = []
         for d, lay in cols:
-            v = [float(r["x_limit"]) for r in rows if int(r["S"]) == s and r["dtype"] == d
+            v = [float(r[stat]) for r in rows if int(r["S"]) == s and r["dtype"] == d
                  and r["layout"] == lay and r["provider"] == "rope_matrix"]
             cell.append(f"{max(v):.2f}" if v else "")
         for prov in ("rope_matrix_qk", "copy_"):
-            v = [float(r["x_limit"]) for r in rows if int(r["S"]) == s and r["provider"] == prov]
+            v = [float(r[stat]) for r in rows if int(r["S"]) == s and r["provider"] == prov]
             cell.append(f"{min(v):.2f}–{max(v):.2f}" if v else "")
         hd = next(int(r["heads"]) * int(r["dim"]) for r in rows if int(r["S"]) == s)
         lines.append(f"| {s} | {s * hd * 2 / 2**20:.1f} | " + " | ".join(cell) + " |")
-    return f"threads = {nt}; worst of the modes in each cell (time ÷ limit)\n" + "\n".join(lines)
+    what = "medians" if stat == "x_limit" else "minimums"
+    return f"threads = {nt}; worst of the modes in each cell (time ÷ limit, {what})\n" + "\n".join(lines)
+
+
+def _worst(rows, stat, s, d, lay, nt):
+    v = [float(r[stat]) for r in rows if int(r["S"]) == s and r["dtype"] == d and r["layout"] == lay
+         and r["provider"] == "rope_matrix" and int(r["threads"]) == nt]
+    return max(v) if v else None
+
+
+def spread_table(runs, stat="x_limit", threads=None) -> str:
+    """Like ``summary`` over several runs (lists of rows, e.g. read back from their CSVs): each cell
+    is "median of the runs (min–max)" of the worst mode's ratio, so the spread between repeated
+    runs is visible."""
+    all_rows = [r for rows in runs for r in rows]
+    nt = threads or max(int(r["threads"]) for r in all_rows)
+    cols = sorted({(r["dtype"], r["layout"]) for r in all_rows if r["provider"] == "rope_matrix"})
+    sizes = sorted({int(r["S"]) for r in all_rows})
+    lines = ["| S | " + " | ".join(f"{d} {lay.upper()}" for d, lay in cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    for s in sizes:
+        cell = []
+        for d, lay in cols:
+            v = sorted(w for w in (_worst(rows, stat, s, d, lay, nt) for rows in runs) if w is not None)
+            cell.append(f"{statistics.median(v):.2f} ({v[0]:.2f}–{v[-1]:.2f})" if v else "")
+        lines.append(f"| {s} | " + " | ".join(cell) + " |")
+    what = "medians" if stat == "x_limit" else "minimums"
+    return (f"threads = {nt}, {len(runs)} runs; worst mode per cell, time ÷ limit ({what}): median of the "
+            f"runs (min–max)\n" + "\n".join(lines))
 
 
 def plot(rows, path) -> bool:
@@ -322,7 +352,17 @@ def main(argv=None):
     ap.add_argument("--csv", default="bench_results/sweep.csv")
     ap.add_argument("--plot", default="bench_results/sweep.png", help="'' for none")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--summarize", nargs="+", metavar="CSV",
+                    help="do not run: print the spread over these CSVs of earlier runs (and plot the first)")
     a = ap.parse_args(argv)
+    if a.summarize:
+        runs = [read_csv(p) for p in a.summarize]
+        for nt in sorted({int(r["threads"]) for r in runs[0]}):
+            for stat in ("x_limit", "x_limit_min"):
+                print(spread_table(runs, stat, nt) + "\n")
+        if a.plot:
+            print(f"wrote {a.plot}" if plot(runs[0], a.plot) else "no plot (matplotlib is not installed)")
+        return runs
     sizes = [int(v) for v in _csv_list(a.sizes)]
     dtypes, layouts, modes = _csv_list(a.dtypes), _csv_list(a.layouts), _csv_list(a.modes)
     for v, allowed, what in ((dtypes, DTYPES, "dtype"), (layouts, LAYOUTS, "layout"), (modes, list(MODES), "mode")):
@@ -336,7 +376,9 @@ def main(argv=None):
     rows = run_sweep(sizes, dtypes, layouts, modes, a.threads, a.heads, a.dim, a.table_dtype,
                      qk=not a.no_qk, warmup=a.warmup, iters=a.iters, progress=None if a.quiet else print)
     write_csv(rows, a.csv)
-    print(summary(rows))
+    for nt in sorted({int(r["threads"]) for r in rows}):
+        print(summary(rows, "x_limit", nt) + "\n")
+    print(summary(rows, "x_limit_min") + "\n")
     print(f"wrote {a.csv}")
     if a.plot:
         print(f"wrote {a.plot}" if plot(rows, a.plot) else "no plot (matplotlib is not installed)")
