@@ -291,43 +291,59 @@ def spread_table(runs, stat="x_limit", threads=None) -> str:
             f"runs (min–max)\n" + "\n".join(lines))
 
 
-def plot(rows, path) -> bool:
-    """Ratio ÷ limit against x's size, one panel per dtype, a line per layout × mode (solid: all
-    threads, dashed: 1 thread). False when matplotlib is missing."""
+def plot(rows, path, stat="x_limit") -> bool:
+    """Ratio ÷ limit against x's size: a panel per dtype (columns) and thread count (rows), a line
+    per provider × layout × mode. ``rows`` may hold several runs (concatenated): each point is then
+    their median with a bar from the smallest to the largest. Log scale: 1.0 is the limit. False
+    when matplotlib is missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return False
     dtypes = sorted({r["dtype"] for r in rows})
     threads = sorted({int(r["threads"]) for r in rows})
-    fig, axes = plt.subplots(1, len(dtypes), figsize=(5 * len(dtypes), 4), squeeze=False, sharey=True)
-    for ax, d in zip(axes[0], dtypes):
-        keys = sorted({(r["provider"], r["layout"], r["mode"]) for r in rows
-                       if r["dtype"] == d and r["provider"].startswith(("rope_matrix", "copy_"))})
-        for i, (prov, lay, m) in enumerate(keys):
-            for nt in (threads[-1], threads[0]) if len(threads) > 1 else threads:
-                pts = sorted((int(r["x_bytes"]), float(r["x_limit"])) for r in rows
-                             if r["dtype"] == d and r["provider"] == prov and r["layout"] == lay
-                             and r["mode"] == m and int(r["threads"]) == nt)
+    keys = sorted({(r["provider"], r["layout"], r["mode"]) for r in rows if not r["provider"].startswith("limit")})
+    fig, axes = plt.subplots(len(threads), len(dtypes), figsize=(4.6 * len(dtypes), 3.4 * len(threads)),
+                             squeeze=False, sharey=True)
+    for ti, nt in enumerate(threads):
+        for di, d in enumerate(dtypes):
+            ax = axes[ti][di]
+            for i, (prov, lay, m) in enumerate(keys):
+                pts = {}
+                for r in rows:
+                    if (r["dtype"] == d and int(r["threads"]) == nt and r["provider"] == prov
+                            and r["layout"] == lay and r["mode"] == m):
+                        pts.setdefault(int(r["x_bytes"]), []).append(float(r[stat]))
                 if not pts:
                     continue
-                label = f"{prov.replace('rope_matrix', 'rm')} {lay} {m}".strip() + f" t{nt}"
-                ax.plot([p[0] / 2**20 for p in pts], [p[1] for p in pts],
-                        linestyle="-" if nt == threads[-1] else "--", marker="o", markersize=3,
-                        color=f"C{i % 10}", label=label)
-        ax.axhline(1.0, color="k", linewidth=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_title(d)
-        ax.set_xlabel("x size (MiB)")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("time ÷ limit (native streaming copy)")
-    axes[0][-1].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
+                xs = sorted(pts)
+                med = [statistics.median(pts[x]) for x in xs]
+                lo = [med[j] - min(pts[x]) for j, x in enumerate(xs)]
+                hi = [max(pts[x]) - med[j] for j, x in enumerate(xs)]
+                label = " ".join(v for v in (prov, lay.upper(), m) if v)
+                style = "--" if prov in ("copy_", "rope_matrix_qk") else "-"
+                ax.errorbar([x / 2**20 for x in xs], med, yerr=[lo, hi], linestyle=style, marker="o",
+                            markersize=3, capsize=2, linewidth=1, color=f"C{i % 10}", label=label)
+            ax.axhline(1.0, color="k", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_ylim(0.4, 10)
+            ax.set_yticks([0.5, 0.75, 1, 1.5, 2, 3, 5, 10], ["0.5", "0.75", "1", "1.5", "2", "3", "5", "10"])
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            ax.set_title(f"{d}, {nt} thread{'s' if nt > 1 else ''}", fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+            if ti == len(threads) - 1:
+                ax.set_xlabel("x size (MiB)")
+        axes[ti][0].set_ylabel("time ÷ limit")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=7)
+    fig.tight_layout(rect=(0, 0.07 + 0.02 * (len(keys) > 10), 1, 1))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
 
@@ -353,15 +369,16 @@ def main(argv=None):
     ap.add_argument("--plot", default="bench_results/sweep.png", help="'' for none")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--summarize", nargs="+", metavar="CSV",
-                    help="do not run: print the spread over these CSVs of earlier runs (and plot the first)")
+                    help="do not run: print the spread over these CSVs of earlier runs and plot them together")
     a = ap.parse_args(argv)
     if a.summarize:
         runs = [read_csv(p) for p in a.summarize]
         for nt in sorted({int(r["threads"]) for r in runs[0]}):
-            for stat in ("x_limit", "x_limit_min"):
+            for stat in (v for v in ("x_limit", "x_limit_min") if v in runs[0][0]):
                 print(spread_table(runs, stat, nt) + "\n")
         if a.plot:
-            print(f"wrote {a.plot}" if plot(runs[0], a.plot) else "no plot (matplotlib is not installed)")
+            merged = [r for rows in runs for r in rows]
+            print(f"wrote {a.plot}" if plot(merged, a.plot) else "no plot (matplotlib is not installed)")
         return runs
     sizes = [int(v) for v in _csv_list(a.sizes)]
     dtypes, layouts, modes = _csv_list(a.dtypes), _csv_list(a.layouts), _csv_list(a.modes)
