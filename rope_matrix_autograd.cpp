@@ -1,4 +1,5 @@
-// Autograd of rope_matrix and rope_matrix_qk, registered in C++ at the Autograd dispatch key.
+// Autograd of rope_matrix and rope_matrix_qk (and the refusal rule of rope_matrix_), registered in
+// C++ at the Autograd dispatch key.
 //
 // A call that needs no gradient (grad mode off, or no input requiring grad) goes straight to the
 // backend kernel below autograd, without entering Python: for a decode-sized call the Python autograd
@@ -183,10 +184,44 @@ std::tuple<at::Tensor, at::Tensor> rope_matrix_qk_autograd(const at::Tensor& q, 
   return {out[0], out[1]};
 }
 
+using InplaceSig = void(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&);
+
+const c10::TypedOperatorHandle<InplaceSig>& op_inplace() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("npu_ops_transformer_ext::rope_matrix_", "").typed<InplaceSig>();
+  return op;
+}
+
+// rope_matrix_ is for inference: it refuses an x that requires grad (in any grad mode) and, with
+// grad mode on, a y/sin/cos that requires grad, naming the argument. It bumps x's version counter,
+// so a graph that saved x before the in-place call fails at backward instead of computing a wrong
+// gradient.
+void rope_matrix_inplace_autograd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
+                                  const at::Tensor& cos) {
+  TORCH_CHECK(!x.requires_grad(),
+              "rope_matrix_: x requires grad; the in-place op is for inference and cannot be "
+              "differentiated. Use rope_matrix (out of place) for training, or pass a tensor that "
+              "does not require grad (e.g. x.detach()).");
+  if (at::GradMode::is_enabled()) {
+    const std::pair<const char*, const at::Tensor*> named[] = {{"mat", &y}, {"sin", &sin}, {"cos", &cos}};
+    for (const auto& [name, t] : named) {
+      TORCH_CHECK(!t->requires_grad(), "rope_matrix_: ", name,
+                  " requires grad; the in-place op is for inference and cannot be differentiated. Use "
+                  "rope_matrix (out of place), or call it under torch.no_grad().");
+    }
+  }
+  {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op_inplace().call(x, y, sin, cos);
+  }
+  if (!x.is_inference()) torch::autograd::impl::bump_version(x);
+}
+
 }  // namespace
 }  // namespace npu_ops_transformer_ext
 
 TORCH_LIBRARY_IMPL(npu_ops_transformer_ext, Autograd, m) {
   m.impl("rope_matrix", &npu_ops_transformer_ext::rope_matrix_autograd);
   m.impl("rope_matrix_qk", &npu_ops_transformer_ext::rope_matrix_qk_autograd);
+  m.impl("rope_matrix_", &npu_ops_transformer_ext::rope_matrix_inplace_autograd);
 }

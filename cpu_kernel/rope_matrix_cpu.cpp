@@ -141,8 +141,10 @@ template <typename C>
 void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>& ops, const Kernels& k,
                 bool stream, bool in_place) {
   const int64_t D = plan.D, Dp = plan.Dp;
+  // No more rows than the tables have: the per-call buffers below are sized by R (a decode call
+  // has one table row; zeroing buffers for 128 cost more than its arithmetic).
   const int64_t R = std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))),
-                                        1, kMaxBlockRows);
+                                        1, std::clamp<int64_t>(tab.ntr, 1, kMaxBlockRows));
   const int64_t nblocks = (tab.ntr + R - 1) / R;
   int64_t max_nbc = 1;
   for (const auto& o : ops) max_nbc = std::max(max_nbc, o.nbc);

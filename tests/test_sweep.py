@@ -72,6 +72,14 @@ def test_sweep_tiny_grid(tmp_path, capsys):
             assert float(r["x_limit"]) == 1.0 and r["store"] in ("nontemporal", "temporal")
     out = capsys.readouterr().out
     assert "| S |" in out and "bfloat16 BNSD" in out
+    # The spread over repeated runs, from their CSVs (here the same run twice: no spread).
+    sweep.main(["--summarize", str(csv_path), str(csv_path), "--plot", ""])
+    out = capsys.readouterr().out
+    assert "2 runs" in out and "minimums" in out
+    cell = out.split("| 256 | ")[1].split(" |")[0]
+    med, rng = cell.split(" (")
+    lo, hi = rng.rstrip(")").split("–")
+    assert med == lo == hi
     pytest.importorskip("matplotlib")
     assert png.stat().st_size > 1000
 

@@ -254,35 +254,9 @@ torch.library.register_autograd(
 )
 
 
-# ---- rope_matrix, rope_matrix_qk ----------------------------------------------------------------
+# ---- rope_matrix, rope_matrix_qk, rope_matrix_ -------------------------------------------------
 #
-# Their autograd is registered in C++ (rope_matrix_autograd.cpp, the same formulas as
-# ``_table_grads`` and the helper ops above): a call that needs no gradient goes straight to the
-# kernel without entering Python, which at decode sizes cost more than the kernel itself.
-
-
-# ---- rope_matrix_: refuse autograd, keep the version counter honest -----------------------------
-
-
-def _rope_matrix_inplace_autograd(x, y, sin, cos):
-    if x.requires_grad:
-        raise RuntimeError(
-            "rope_matrix_: x requires grad; the in-place op is for inference and cannot be "
-            "differentiated. Use rope_matrix (out of place) for training, or pass a tensor that "
-            "does not require grad (e.g. x.detach())."
-        )
-    if torch.is_grad_enabled():
-        for name, t in (("mat", y), ("sin", sin), ("cos", cos)):
-            if t.requires_grad:
-                raise RuntimeError(
-                    f"rope_matrix_: {name} requires grad; the in-place op is for inference and "
-                    "cannot be differentiated. Use rope_matrix (out of place), or call it under "
-                    "torch.no_grad()."
-                )
-    with torch._C._AutoDispatchBelowADInplaceOrView():
-        _ops.rope_matrix_(x, y, sin, cos)
-    if not x.is_inference():
-        torch.autograd.graph.increment_version(x)
-
-
-_lib.impl("rope_matrix_", _rope_matrix_inplace_autograd, "Autograd")
+# Their autograd kernels are registered in C++ (rope_matrix_autograd.cpp, the same formulas as
+# ``_table_grads`` and the helper ops above, and the in-place op's refusal rule described in the
+# module doc): a call that needs no gradient goes straight to the kernel without entering Python,
+# which at decode sizes cost more than the kernel itself.

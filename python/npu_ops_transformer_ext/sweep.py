@@ -128,7 +128,7 @@ def _time_round_robin(fns: dict, warmup: int, iters: int) -> dict:
     out = {}
     for name, s in samples.items():
         q = statistics.quantiles(s, n=5) if len(s) >= 5 else [min(s)] * 4
-        out[name] = (statistics.median(s), q[0], q[3])
+        out[name] = (statistics.median(s), q[0], q[3], min(s))
     return out
 
 
@@ -195,8 +195,9 @@ def run_sweep(sizes=SIZES, dtypes=DTYPES, layouts=LAYOUTS, modes=tuple(MODES), t
                         fns["copy_||"] = lambda out=out, x=xs[lay0]: out.copy_(x)
                     res = _time_round_robin(fns, warmup, iters)
                     limit_ms = {name: res[f"{name}||"][0] for name in lims}
+                    limit_min = {name: res[f"{name}||"][3] for name in lims}
                     copy_ms = res["copy_||"][0] if copy else None
-                    for key, (med, p20, p80) in res.items():
+                    for key, (med, p20, p80, low) in res.items():
                         prov, lay, m = key.split("|")
                         lim = limit_ms[limit_of(prov)]
                         moved = 2 * x_bytes * (2 if limit_of(prov) == "limit_qk" else 1) + t_bytes
@@ -206,7 +207,8 @@ def run_sweep(sizes=SIZES, dtypes=DTYPES, layouts=LAYOUTS, modes=tuple(MODES), t
                             "threads": nthreads, "provider": prov,
                             "store": getattr(lims.get(prov), "store", ""),
                             "median_ms": _sig(med), "p20_ms": _sig(p20), "p80_ms": _sig(p80),
-                            "gbps": _sig(moved / med / 1e6), "x_limit": _sig(med / lim, 3),
+                            "min_ms": _sig(low), "gbps": _sig(moved / med / 1e6), "x_limit": _sig(med / lim, 3),
+                            "x_limit_min": _sig(low / limit_min[limit_of(prov)], 3),
                             "x_copy": _sig(med / copy_ms, 3) if copy_ms else "",
                             "torch": torch.__version__, "heads": heads, "dim": dim,
                         })
@@ -237,10 +239,11 @@ def read_csv(path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def summary(rows) -> str:
+def summary(rows, stat="x_limit", threads=None) -> str:
     """A markdown table: rope_matrix ÷ limit per size (rows) and dtype × layout (columns), the
-    worst mode of each cell, at the largest thread count in ``rows``; then the qk and copy_ rows."""
-    nt = max(int(r["threads"]) for r in rows)
+    worst mode of each cell, at ``threads`` (default: the largest thread count in ``rows``); then
+    the qk and copy_ ratios. ``stat``: "x_limit" (ratio of medians) or "x_limit_min" (of minimums)."""
+    nt = threads or max(int(r["threads"]) for r in rows)
     rows = [r for r in rows if int(r["threads"]) == nt]
     cols = sorted({(r["dtype"], r["layout"]) for r in rows if r["provider"] == "rope_matrix"})
     sizes = sorted({int(r["S"]) for r in rows})
@@ -250,54 +253,97 @@ def summary(rows) -> str:
     for s in sizes:
         cell = []
         for d, lay in cols:
-            v = [float(r["x_limit"]) for r in rows if int(r["S"]) == s and r["dtype"] == d
+            v = [float(r[stat]) for r in rows if int(r["S"]) == s and r["dtype"] == d
                  and r["layout"] == lay and r["provider"] == "rope_matrix"]
             cell.append(f"{max(v):.2f}" if v else "")
         for prov in ("rope_matrix_qk", "copy_"):
-            v = [float(r["x_limit"]) for r in rows if int(r["S"]) == s and r["provider"] == prov]
+            v = [float(r[stat]) for r in rows if int(r["S"]) == s and r["provider"] == prov]
             cell.append(f"{min(v):.2f}–{max(v):.2f}" if v else "")
         hd = next(int(r["heads"]) * int(r["dim"]) for r in rows if int(r["S"]) == s)
         lines.append(f"| {s} | {s * hd * 2 / 2**20:.1f} | " + " | ".join(cell) + " |")
-    return f"threads = {nt}; worst of the modes in each cell (time ÷ limit)\n" + "\n".join(lines)
+    what = "medians" if stat == "x_limit" else "minimums"
+    return f"threads = {nt}; worst of the modes in each cell (time ÷ limit, {what})\n" + "\n".join(lines)
 
 
-def plot(rows, path) -> bool:
-    """Ratio ÷ limit against x's size, one panel per dtype, a line per layout × mode (solid: all
-    threads, dashed: 1 thread). False when matplotlib is missing."""
+def _worst(rows, stat, s, d, lay, nt):
+    v = [float(r[stat]) for r in rows if int(r["S"]) == s and r["dtype"] == d and r["layout"] == lay
+         and r["provider"] == "rope_matrix" and int(r["threads"]) == nt]
+    return max(v) if v else None
+
+
+def spread_table(runs, stat="x_limit", threads=None) -> str:
+    """Like ``summary`` over several runs (lists of rows, e.g. read back from their CSVs): each cell
+    is "median of the runs (min–max)" of the worst mode's ratio, so the spread between repeated
+    runs is visible."""
+    all_rows = [r for rows in runs for r in rows]
+    nt = threads or max(int(r["threads"]) for r in all_rows)
+    cols = sorted({(r["dtype"], r["layout"]) for r in all_rows if r["provider"] == "rope_matrix"})
+    sizes = sorted({int(r["S"]) for r in all_rows})
+    lines = ["| S | " + " | ".join(f"{d} {lay.upper()}" for d, lay in cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    for s in sizes:
+        cell = []
+        for d, lay in cols:
+            v = sorted(w for w in (_worst(rows, stat, s, d, lay, nt) for rows in runs) if w is not None)
+            cell.append(f"{statistics.median(v):.2f} ({v[0]:.2f}–{v[-1]:.2f})" if v else "")
+        lines.append(f"| {s} | " + " | ".join(cell) + " |")
+    what = "medians" if stat == "x_limit" else "minimums"
+    return (f"threads = {nt}, {len(runs)} runs; worst mode per cell, time ÷ limit ({what}): median of the "
+            f"runs (min–max)\n" + "\n".join(lines))
+
+
+def plot(rows, path, stat="x_limit") -> bool:
+    """Ratio ÷ limit against x's size: a panel per dtype (columns) and thread count (rows), a line
+    per provider × layout × mode. ``rows`` may hold several runs (concatenated): each point is then
+    their median with a bar from the smallest to the largest. Log scale: 1.0 is the limit. False
+    when matplotlib is missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        import matplotlib.ticker
     except ImportError:
         return False
     dtypes = sorted({r["dtype"] for r in rows})
     threads = sorted({int(r["threads"]) for r in rows})
-    fig, axes = plt.subplots(1, len(dtypes), figsize=(5 * len(dtypes), 4), squeeze=False, sharey=True)
-    for ax, d in zip(axes[0], dtypes):
-        keys = sorted({(r["provider"], r["layout"], r["mode"]) for r in rows
-                       if r["dtype"] == d and r["provider"].startswith(("rope_matrix", "copy_"))})
-        for i, (prov, lay, m) in enumerate(keys):
-            for nt in (threads[-1], threads[0]) if len(threads) > 1 else threads:
-                pts = sorted((int(r["x_bytes"]), float(r["x_limit"])) for r in rows
-                             if r["dtype"] == d and r["provider"] == prov and r["layout"] == lay
-                             and r["mode"] == m and int(r["threads"]) == nt)
+    keys = sorted({(r["provider"], r["layout"], r["mode"]) for r in rows if not r["provider"].startswith("limit")})
+    fig, axes = plt.subplots(len(threads), len(dtypes), figsize=(4.6 * len(dtypes), 3.4 * len(threads)),
+                             squeeze=False, sharey=True)
+    for ti, nt in enumerate(threads):
+        for di, d in enumerate(dtypes):
+            ax = axes[ti][di]
+            for i, (prov, lay, m) in enumerate(keys):
+                pts = {}
+                for r in rows:
+                    if (r["dtype"] == d and int(r["threads"]) == nt and r["provider"] == prov
+                            and r["layout"] == lay and r["mode"] == m):
+                        pts.setdefault(int(r["x_bytes"]), []).append(float(r[stat]))
                 if not pts:
                     continue
-                label = f"{prov.replace('rope_matrix', 'rm')} {lay} {m}".strip() + f" t{nt}"
-                ax.plot([p[0] / 2**20 for p in pts], [p[1] for p in pts],
-                        linestyle="-" if nt == threads[-1] else "--", marker="o", markersize=3,
-                        color=f"C{i % 10}", label=label)
-        ax.axhline(1.0, color="k", linewidth=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_title(d)
-        ax.set_xlabel("x size (MiB)")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("time ÷ limit (native streaming copy)")
-    axes[0][-1].legend(fontsize=6, ncol=2)
-    fig.tight_layout()
+                xs = sorted(pts)
+                med = [statistics.median(pts[x]) for x in xs]
+                lo = [med[j] - min(pts[x]) for j, x in enumerate(xs)]
+                hi = [max(pts[x]) - med[j] for j, x in enumerate(xs)]
+                label = " ".join(v for v in (prov, lay.upper(), m) if v)
+                style = "--" if prov in ("copy_", "rope_matrix_qk") else "-"
+                ax.errorbar([x / 2**20 for x in xs], med, yerr=[lo, hi], linestyle=style, marker="o",
+                            markersize=3, capsize=2, linewidth=1, color=f"C{i % 10}", label=label)
+            ax.axhline(1.0, color="k", linewidth=0.8)
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_ylim(0.4, 10)
+            ax.set_yticks([0.5, 0.75, 1, 1.5, 2, 3, 5, 10], ["0.5", "0.75", "1", "1.5", "2", "3", "5", "10"])
+            ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+            ax.set_title(f"{d}, {nt} thread{'s' if nt > 1 else ''}", fontsize=9)
+            ax.grid(True, which="both", alpha=0.3)
+            if ti == len(threads) - 1:
+                ax.set_xlabel("x size (MiB)")
+        axes[ti][0].set_ylabel("time ÷ limit")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=7)
+    fig.tight_layout(rect=(0, 0.07 + 0.02 * (len(keys) > 10), 1, 1))
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
 
@@ -322,7 +368,18 @@ def main(argv=None):
     ap.add_argument("--csv", default="bench_results/sweep.csv")
     ap.add_argument("--plot", default="bench_results/sweep.png", help="'' for none")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--summarize", nargs="+", metavar="CSV",
+                    help="do not run: print the spread over these CSVs of earlier runs and plot them together")
     a = ap.parse_args(argv)
+    if a.summarize:
+        runs = [read_csv(p) for p in a.summarize]
+        for nt in sorted({int(r["threads"]) for r in runs[0]}):
+            for stat in (v for v in ("x_limit", "x_limit_min") if v in runs[0][0]):
+                print(spread_table(runs, stat, nt) + "\n")
+        if a.plot:
+            merged = [r for rows in runs for r in rows]
+            print(f"wrote {a.plot}" if plot(merged, a.plot) else "no plot (matplotlib is not installed)")
+        return runs
     sizes = [int(v) for v in _csv_list(a.sizes)]
     dtypes, layouts, modes = _csv_list(a.dtypes), _csv_list(a.layouts), _csv_list(a.modes)
     for v, allowed, what in ((dtypes, DTYPES, "dtype"), (layouts, LAYOUTS, "layout"), (modes, list(MODES), "mode")):
@@ -336,7 +393,9 @@ def main(argv=None):
     rows = run_sweep(sizes, dtypes, layouts, modes, a.threads, a.heads, a.dim, a.table_dtype,
                      qk=not a.no_qk, warmup=a.warmup, iters=a.iters, progress=None if a.quiet else print)
     write_csv(rows, a.csv)
-    print(summary(rows))
+    for nt in sorted({int(r["threads"]) for r in rows}):
+        print(summary(rows, "x_limit", nt) + "\n")
+    print(summary(rows, "x_limit_min") + "\n")
     print(f"wrote {a.csv}")
     if a.plot:
         print(f"wrote {a.plot}" if plot(rows, a.plot) else "no plot (matplotlib is not installed)")
