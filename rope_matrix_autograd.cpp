@@ -193,7 +193,7 @@ const c10::TypedOperatorHandle<InplaceSig>& op_inplace() {
 }
 
 // rope_matrix_ is for inference: it refuses an x that requires grad (in any grad mode) and, with
-// grad mode on, a y/sin/cos that requires grad, naming the argument. It bumps x's version counter,
+// grad mode on, a mat/sin/cos that requires grad, naming the argument. It bumps x's version counter,
 // so a graph that saved x before the in-place call fails at backward instead of computing a wrong
 // gradient.
 void rope_matrix_inplace_autograd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
