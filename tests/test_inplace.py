@@ -149,6 +149,10 @@ def test_refuses_x_that_overlaps_itself():
     x = torch.randn(16 * 64).bfloat16().as_strided((4, 3, 64), (2 * 64, 3 * 64, 1))
     with pytest.raises(ValueError, match="x overlaps itself"):
         ext.rope_matrix_(x, mat, _tables(3, 64)[0], _tables(3, 64)[1])
+    # 268M elements in a span of 197K: decided by counting, without listing them.
+    x = torch.zeros(4096 * 48 + 16).bfloat16().as_strided((4097, 4097, 16), (32, 16, 1))
+    with pytest.raises(ValueError, match="x overlaps itself"):
+        ext.rope_matrix_(x, torch.zeros(16, 16), torch.zeros(16), torch.ones(16))
 
 
 @pytest.mark.parametrize("name", ["mat", "sin", "cos"])

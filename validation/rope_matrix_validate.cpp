@@ -236,13 +236,17 @@ InternalOverlap internal_overlap(const at::Tensor& x) {
   if (l.dims.size() <= 1) {
     return l.dims.empty() || l.dims[0].second >= l.elem ? InternalOverlap::kNo : InternalOverlap::kYes;
   }
-  // Elements overlap when their byte ranges do: list the offsets of what is left, sorted.
+  // More elements than fit side by side in the span: two of them overlap.
   const Layout& elems = l;
+  int64_t span = l.elem;
+  for (const auto& d : elems.dims) span += (d.first - 1) * d.second;
   int64_t count = 1;
   for (const auto& d : elems.dims) {
-    if (count > kMaxEnumerated / d.first) return InternalOverlap::kTooMany;
+    if (count > span / l.elem / d.first) return InternalOverlap::kYes;
     count *= d.first;
   }
+  // Elements overlap when their byte ranges do: list the offsets of what is left, sorted.
+  if (count > kMaxEnumerated) return InternalOverlap::kTooMany;
   std::vector<int64_t> offs;
   offs.reserve(count);
   std::vector<int64_t> idx(elems.dims.size(), 0);
