@@ -31,11 +31,7 @@ import csv
 import os
 import platform
 import statistics
-<<<<<<< HEAD
-import subprocess
 import sys
-=======
->>>>>>> h-pkg
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -43,13 +39,9 @@ from typing import Any
 import torch
 
 from . import (
-<<<<<<< HEAD
-    ops,  # noqa: F401  (registers the op)
-    sweep,
-=======
     _cli,
     ops,  # noqa: F401  (registers the op)
->>>>>>> h-pkg
+    sweep,
 )
 from .reference import mode_matrix, rope_v1, rope_v3
 
@@ -188,12 +180,8 @@ def run(
                 **meta,
             }
             rows.append(row)
-<<<<<<< HEAD
-    header = f"{'mode':<11}{'provider':<21}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}{'/limit':>8}"
-=======
     bar.close()
-    header = f"{'mode':<11}{'provider':<21}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}"
->>>>>>> h-pkg
+    header = f"{'mode':<11}{'provider':<21}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}{'/limit':>8}"
     print(f"rope_matrix benchmark: x {list(shape)} {meta['dtype']} BNSD, tables [1,1,S,D]; "
           f"{meta['cpu']}, {meta['threads']} threads, torch {meta['torch']}, "
           f"npu_ops_transformer_ext {meta['version']} (git {meta['git']})")
@@ -217,21 +205,11 @@ def _sig(value: float, digits: int = 4) -> float:
     return float(f"{value:.{digits}g}")
 
 
-<<<<<<< HEAD
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command line: ``python -m npu_ops_transformer_ext.bench --help``."""
     args = sys.argv[1:] if argv is None else list(argv)
     if "--sweep" in args:  # the size sweep against the memory limit (sweep.py has its own options)
         return sweep.main([v for v in args if v != "--sweep"])
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shape", default="1,24,8192,128", help="B,N,S,D (BNSD)")
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    ap.add_argument("--modes", default="half,interleave,3d,dense", help=f"comma list of {list(MODES)}")
-    ap.add_argument("--providers", default=",".join(PROVIDERS), help=f"comma list of {PROVIDERS}")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--iters", type=int, default=20)
-=======
-def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: ``python -m npu_ops_transformer_ext.bench --help``."""
     ap = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.bench",
         description=__doc__,
@@ -246,7 +224,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help=f"comma list, each one of: {', '.join(PROVIDERS)}")
     ap.add_argument("--warmup", type=int, default=3, help="untimed calls per provider and mode")
     ap.add_argument("--iters", type=int, default=20, help="timed calls per provider and mode")
->>>>>>> h-pkg
+    ap.add_argument("--sweep", action="store_true",
+                    help="run the size sweep against the memory limit instead; every other option is "
+                         "then sweep's (python -m npu_ops_transformer_ext.sweep --help)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--csv", default="bench_results/rope_matrix_cpu.csv",
                     help="CSV file to write ('' for none)")
