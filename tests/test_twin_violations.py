@@ -41,6 +41,7 @@ KERNEL_VARIANTS = [
     ("test_only_datacopy_block_count", "datacopy-range", "AIV_"),
     ("test_only_datacopy_into_vecalc", "datacopy-position", "AIV_"),
     ("test_only_uninitialized_workspace_read", "uninitialized-read", "AIV_"),
+    ("test_only_flag_pipe_mismatch", "flag-pipe-mismatch", "AIV_"),
 ]
 
 

@@ -581,7 +581,7 @@ __aicore__ inline void CrossCoreSetFlag(uint16_t flagId) {
     ::twin::fail("flag-pipe", ::twin::str("CrossCoreSetFlag on PIPE_", pipe == PIPE_S ? "S" : "ALL",
                                           ": only V, M, MTE1, MTE2, MTE3, FIX are allowed"));
   }
-  ::twin::launch().cross_set(modeId, flagId);
+  ::twin::launch().cross_set(modeId, flagId, static_cast<int>(pipe));
 }
 template <uint8_t modeId = 0, pipe_t pipe = PIPE_S>
 __aicore__ inline void CrossCoreWaitFlag(uint16_t flagId) {

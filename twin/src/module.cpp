@@ -38,6 +38,7 @@ TEST_ONLY(test_only_flag_15_reserved)
 TEST_ONLY(test_only_datacopy_block_count)
 TEST_ONLY(test_only_datacopy_into_vecalc)
 TEST_ONLY(test_only_uninitialized_workspace_read)
+TEST_ONLY(test_only_flag_pipe_mismatch)
 #undef TEST_ONLY
 
 namespace {
@@ -90,6 +91,7 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_datacopy_block_count", test_only_datacopy_block_count},
       {"test_only_datacopy_into_vecalc", test_only_datacopy_into_vecalc},
       {"test_only_uninitialized_workspace_read", test_only_uninitialized_workspace_read},
+      {"test_only_flag_pipe_mismatch", test_only_flag_pipe_mismatch},
   };
   return k;
 }
@@ -262,7 +264,9 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
       // The system part (the library's) and the user part; reading a user byte nothing wrote in
       // this launch is `uninitialized-read` (the NaN fill stays as a second line of defence).
       L.add_region("sys_workspace", ws.get(), rope_matrix::kSysWorkspace);
-      L.add_region("workspace", ws.get() + rope_matrix::kSysWorkspace, ws_bytes - rope_matrix::kSysWorkspace, true, true);
+      const int wsRegion = L.add_region("workspace", ws.get() + rope_matrix::kSysWorkspace,
+                                        ws_bytes - rope_matrix::kSysWorkspace, true, true);
+      L.set_published(wsRegion);
       L.add_region("tiling", packed.data(), packed.size());
       L.set_workspace(ws.get(), ws_bytes);
       if (op_limit) L.set_op_limit(op_limit);

@@ -95,6 +95,14 @@ void Launch::record_gm(int region, bool write, uint64_t off, uint64_t bytes) {
   GmRegion& r = *regions_[region];
   auto& t = c.stats->gm[r.name];
   (write ? t.write : t.read) += bytes;
+  if (r.published) {
+    // GM <-> workspace traffic runs on: the cube's FixPipe (L0C -> GM), MTE2 (GM -> L1/UB), MTE3 (UB -> GM).
+    const int pipe = write ? (c.type == CoreType::AIC ? kPipeFix : kPipeMte3) : kPipeMte2;
+    if (c.published_pipes == 0) {
+      c.published_what = str(write ? "write" : "read", " of '", r.name, "' bytes [", off, ", ", off + bytes, ")");
+    }
+    c.published_pipes |= 1u << pipe;
+  }
   if (!write && r.init_check) {
     for (uint64_t i = off; i < off + bytes; ++i) {
       if (r.write_count[i].load(std::memory_order_relaxed) == 0) {
@@ -232,9 +240,21 @@ std::string Launch::deadlock_report_locked() {
   return os.str();
 }
 
-void Launch::cross_set(int mode, int flag) {
+void Launch::cross_set(int mode, int flag, int pipe) {
   CoreCtx& c = core();
   tick();
+  if (pipe >= 0 && c.published_pipes != 0 && !(c.published_pipes & (1u << pipe))) {
+    static const char* names[] = {"S", "V", "M", "MTE1", "MTE2", "MTE3", "ALL", "FIX"};
+    std::string ran;
+    for (int p = 0; p < 8; ++p) {
+      if (c.published_pipes & (1u << p)) ran += std::string(ran.empty() ? "" : "/") + "PIPE_" + names[p];
+    }
+    fail("flag-pipe-mismatch",
+         str("CrossCoreSetFlag<", mode, ", PIPE_", pipe < 8 ? names[pipe] : "?", ">(", flag,
+             ") publishes workspace work that ran on ", ran, " (first: ", c.published_what,
+             "): the flag would be raised before that work completed"));
+  }
+  c.published_pipes = 0;
   if (kind_ == KernelKind::AIC_ONLY || kind_ == KernelKind::AIV_ONLY) {
     fail("crosscore-kernel-type", str("CrossCoreSetFlag in a ", kind_name(kind_),
                                       " kernel: cross-core flags need a MIX kernel type"));

@@ -178,9 +178,6 @@ BROKEN_ENTRY(test_only_flag_15_reserved) {
   if ASCEND_IS_AIC {
     CrossCoreSetFlag<0x2, PIPE_FIX>(15);
   }
-  if ASCEND_IS_AIV {
-    CrossCoreWaitFlag(15);
-  }
 }
 
 // One DataCopyPad of 4096 rows: the A2 limit is 4095 blocks per copy.
@@ -229,5 +226,30 @@ BROKEN_ENTRY(test_only_uninitialized_workspace_read) {
     DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
     DataCopyPad(t, ws, p, pad);
     q.FreeTensor(t);
+  }
+}
+
+// A vector core writes the workspace (MTE3) and raises the flag on PIPE_MTE2: on the NPU the flag
+// can be seen before the MTE3 writes land.
+BROKEN_ENTRY(test_only_flag_pipe_mismatch) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  TPipe pipe;
+  if ASCEND_IS_AIC {
+    CrossCoreWaitFlag(rope_matrix::kFlagFree0);
+  }
+  if ASCEND_IS_AIV {
+    GlobalTensor<float> ws;
+    ws.SetGlobalBuffer((__gm__ float*)GetUserWorkspace(workspace), 64ull * 2 * GetBlockNum());
+    TQue<TPosition::VECOUT, 1> q;
+    pipe.InitBuffer(q, 1, 256);
+    LocalTensor<float> t = q.AllocTensor<float>();
+    Duplicate(t, 1.0f, 64);
+    q.EnQue(t);
+    t = q.DeQue<float>();
+    DataCopyExtParams p{1, 64 * sizeof(float), 0, 0, 0};
+    DataCopyPad(ws[GetBlockIdx() * 64], t, p);
+    q.FreeTensor(t);
+    CrossCoreSetFlag<0x2, PIPE_MTE2>(rope_matrix::kFlagFree0);
   }
 }

@@ -50,6 +50,7 @@ constexpr uint32_t kMaxQueBuffersPerPosition = 8;   // TQue buffers on one TPosi
 constexpr uint32_t kMaxPipeBuffers = 64;            // buffers managed by one TPipe
 constexpr uint32_t kFlagIds = 16;                   // cross-core flag ids per core
 constexpr uint32_t kFlagCounterMax = 15;            // cross-core flag counter range 0..15
+constexpr int kPipeMte2 = 4, kPipeMte3 = 5, kPipeFix = 7;  // pipe_t values (kernel_operator.h)
 constexpr uint32_t kFlagKfc = 15;                   // flag id the Matmul KFC messaging reserves
 constexpr uint64_t kSysWorkspaceBytes = 16u << 20;  // system workspace (RESERVED_WORKSPACE)
 constexpr uint64_t kDefaultOpLimit = 200000000;     // API calls per core before "runaway"
@@ -60,6 +61,7 @@ struct GmRegion {
   uint64_t bytes = 0;
   bool track_writes = false;                // count writes per byte (output coverage)
   bool init_check = false;                  // reading a byte never written is `uninitialized-read`
+  bool published = false;                   // cross-core data: its accesses are published by flags
   std::unique_ptr<std::atomic<uint8_t>[]> write_count;
 };
 
@@ -90,6 +92,10 @@ struct CoreCtx {
   int pipes_alive = 0;
   std::vector<uint8_t> ub;  // the vector core's unified buffer
   bool matmul_registered = false;
+  // pipes (bit per pipe_t) of this core's accesses to cross-core (workspace) GM since its last
+  // CrossCoreSetFlag, with the first such access for the message
+  uint32_t published_pipes = 0;
+  std::string published_what;
   // intra-core SetFlag/WaitFlag bits: [event][id]
   uint8_t hw_flags[64][8] = {};
 };
@@ -121,6 +127,7 @@ class Launch {
   int add_region(const std::string& name, void* base, uint64_t bytes, bool track_writes = false,
                  bool init_check = false);
   int find_region(const void* p) const;  // -1 if none
+  void set_published(int region) { regions_[region]->published = true; }
   const GmRegion& region(int id) const { return *regions_[id]; }
   void set_workspace(void* base, uint64_t bytes) {
     ws_base_ = static_cast<uint8_t*>(base);
@@ -139,7 +146,9 @@ class Launch {
   uint64_t op_limit() const { return op_limit_; }
 
   // ---- cross-core flags (CrossCoreSetFlag / CrossCoreWaitFlag) ----
-  void cross_set(int mode, int flag);
+  // `pipe`: the pipe_t of CrossCoreSetFlag; the set publishes the workspace accesses this core made
+  // since its previous set, which must have run on that pipe (`flag-pipe-mismatch`).
+  void cross_set(int mode, int flag, int pipe = -1);
   void cross_wait(int flag);
 
   // internal
