@@ -406,3 +406,16 @@ def test_rank_above_16_under_torch_compile():
     torch.testing.assert_close(f(x, y, sin, cos),
                                (rope_matrix_reference(x, y, sin, cos).float()
                                 + rope_matrix_reference(x * 2, y, sin, cos).float()).bfloat16(), rtol=0, atol=0)
+
+
+def test_rank_above_16_twin_agrees():
+    # The NPU host code (through its CPU twin) takes any rank too, with the same bits.
+    from npu_ops_transformer_ext import twin
+
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn([2] + [1] * 13 + [3, 16, 2, 64], generator=g).bfloat16()
+    y = get_half_matrix(64)
+    sin, cos = torch.randn(2, 16, 1, 64, generator=g).bfloat16().unbind(0)
+    out, _ = twin.run(x, y, sin, cos)
+    assert x.dim() == 18 and out.shape == x.shape
+    assert torch.equal(out.view(torch.int16), op(x, y, sin, cos).view(torch.int16))
