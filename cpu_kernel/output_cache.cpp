@@ -24,10 +24,41 @@ struct Block {
   size_t bytes;
 };
 
+constexpr size_t kDefaultCacheMb = 512;
+constexpr size_t kMaxCacheMb = size_t(1) << 40;  // more is surely a typo (and would overflow)
+
+// NPU_OPS_CPU_OUTPUT_CACHE_MB: a whole number of MiB, 0 or more (unset or empty: the default;
+// 0 turns the cache off). False for anything else.
+bool parse_cache_mb(const char* v, size_t* bytes) {
+  if (v == nullptr || *v == '\0') {
+    *bytes = kDefaultCacheMb << 20;
+    return true;
+  }
+  size_t mb = 0;
+  for (const char* p = v; *p != '\0'; ++p) {
+    if (*p < '0' || *p > '9') return false;
+    mb = mb * 10 + static_cast<size_t>(*p - '0');
+    if (mb > kMaxCacheMb) return false;
+  }
+  *bytes = mb << 20;
+  return true;
+}
+
+// The cache's cap in bytes; an invalid NPU_OPS_CPU_OUTPUT_CACHE_MB is a ValueError.
 size_t cache_cap_bytes() {
   const char* v = std::getenv("NPU_OPS_CPU_OUTPUT_CACHE_MB");
-  const long long mb = v != nullptr ? std::atoll(v) : 512;
-  return mb > 0 ? static_cast<size_t>(mb) << 20 : 0;
+  size_t bytes = 0;
+  TORCH_CHECK_VALUE(parse_cache_mb(v, &bytes), "NPU_OPS_CPU_OUTPUT_CACHE_MB=\"", v,
+                    "\" is not valid: set it to a whole number of MiB from 0 to ", kMaxCacheMb,
+                    " (the cap of the CPU kernel's output buffer cache; 0 turns the cache off; unset or "
+                    "empty: the default, ", kDefaultCacheMb, ")");
+  return bytes;
+}
+
+// The same where nothing may throw (a tensor's deleter): an invalid value turns the cache off.
+size_t cache_cap_bytes_or_zero() {
+  size_t bytes = 0;
+  return parse_cache_mb(std::getenv("NPU_OPS_CPU_OUTPUT_CACHE_MB"), &bytes) ? bytes : 0;
 }
 
 class Cache {
@@ -56,7 +87,7 @@ class Cache {
   }
 
   void give_back(Block* b) {
-    const size_t cap = cache_cap_bytes();
+    const size_t cap = cache_cap_bytes_or_zero();
     std::list<Block*> evicted;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -116,6 +147,7 @@ OutputAllocator& allocator() {
 }  // namespace
 
 at::Tensor empty_output(at::IntArrayRef sizes, at::ScalarType dtype) {
+  (void)cache_cap_bytes();  // an invalid NPU_OPS_CPU_OUTPUT_CACHE_MB is an error on every call
   return at::detail::empty_generic(sizes, &allocator(), c10::DispatchKeySet(c10::DispatchKey::CPU),
                                    dtype, at::MemoryFormat::Contiguous);
 }

@@ -31,7 +31,6 @@ namespace cpu {
 
 namespace {
 
-constexpr int kMaxDims = 16;           // x rank limit of this kernel (checked)
 // cos + sin rows of one block in the compute type: sized for L2, so that each head's run of x rows
 // in a block is long (R = 128 rows = 32 KiB of bf16 for D = 128) and streams well from DRAM.
 constexpr int64_t kTableBlockBytes = 128 * 1024;
@@ -54,17 +53,17 @@ struct Operand {
   const char* x_base;
   char* out_base;
   int64_t elem;                        // bytes per element
-  // table dims (same list for every operand), strides in elements
-  std::array<int64_t, kMaxDims> t_xstride{}, t_ostride{};
+  // table dims (same list for every operand), strides in elements; any rank
+  std::vector<int64_t> t_xstride, t_ostride;
   // broadcast dims of this operand
   int nb = 0;
-  std::array<int64_t, kMaxDims> b_size{}, b_xstride{}, b_ostride{};
+  std::vector<int64_t> b_size, b_xstride, b_ostride;
   int64_t nbc = 1;                     // number of broadcast positions
 };
 
 struct Tables {
   int nt = 0;
-  std::array<int64_t, kMaxDims> t_size{}, sin_stride{}, cos_stride{};
+  std::vector<int64_t> t_size, sin_stride, cos_stride;
   int64_t ntr = 1;  // number of table rows
   const char* sin_base;
   const char* cos_base;
@@ -85,11 +84,10 @@ Tables describe_tables(const at::Tensor& sin, const at::Tensor& cos, int rank) {
     const int64_t ss = sin.dim() > k ? sin.size(-1 - k) : 1;
     const int64_t cs = cos.dim() > k ? cos.size(-1 - k) : 1;
     if (ss == 1 && cs == 1) continue;
-    TORCH_CHECK(t.nt < kMaxDims, "rope_matrix: tables with more than ", kMaxDims, " dims");
-    t.t_size[t.nt] = std::max(ss, cs);
-    t.sin_stride[t.nt] = ss == 1 ? 0 : sin.stride(-1 - k);
-    t.cos_stride[t.nt] = cs == 1 ? 0 : cos.stride(-1 - k);
-    t.ntr *= t.t_size[t.nt];
+    t.t_size.push_back(std::max(ss, cs));
+    t.sin_stride.push_back(ss == 1 ? 0 : sin.stride(-1 - k));
+    t.cos_stride.push_back(cs == 1 ? 0 : cos.stride(-1 - k));
+    t.ntr *= t.t_size.back();
     ++t.nt;
   }
   return t;
@@ -102,19 +100,17 @@ Operand describe_operand(const at::Tensor& x, const at::Tensor& out, const at::T
   o.out_base = static_cast<char*>(out.data_ptr());
   o.elem = elem_size(x.scalar_type());
   const int rank = static_cast<int>(x.dim());
-  int nt = 0;
   for (int k = rank - 1; k >= 1; --k) {
     const int d = rank - 1 - k;
     const int64_t ss = sin.dim() > k ? sin.size(-1 - k) : 1;
     const int64_t cs = cos.dim() > k ? cos.size(-1 - k) : 1;
     if (ss > 1 || cs > 1) {
-      o.t_xstride[nt] = x.stride(d);
-      o.t_ostride[nt] = out.stride(d);
-      ++nt;
+      o.t_xstride.push_back(x.stride(d));
+      o.t_ostride.push_back(out.stride(d));
     } else if (x.size(d) > 1) {
-      o.b_size[o.nb] = x.size(d);
-      o.b_xstride[o.nb] = x.stride(d);
-      o.b_ostride[o.nb] = out.stride(d);
+      o.b_size.push_back(x.size(d));
+      o.b_xstride.push_back(x.stride(d));
+      o.b_ostride.push_back(out.stride(d));
       o.nbc *= x.size(d);
       ++o.nb;
     }
@@ -147,7 +143,11 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
                                         1, std::clamp<int64_t>(tab.ntr, 1, kMaxBlockRows));
   const int64_t nblocks = (tab.ntr + R - 1) / R;
   int64_t max_nbc = 1;
-  for (const auto& o : ops) max_nbc = std::max(max_nbc, o.nbc);
+  int max_nb = 0;
+  for (const auto& o : ops) {
+    max_nbc = std::max(max_nbc, o.nbc);
+    max_nb = std::max(max_nb, o.nb);
+  }
   // Enough work items to keep every thread busy even with few table blocks.
   const int64_t want = 8 * static_cast<int64_t>(at::get_num_threads());
   const int64_t nslices = std::clamp<int64_t>((want + nblocks - 1) / nblocks, 1, max_nbc);
@@ -188,7 +188,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
     std::vector<const void*> bx[2] = {std::vector<const void*>(batch_cap), std::vector<const void*>(batch_cap)};
     std::vector<void*> bout(batch_cap);
     std::vector<const void*> bcos(batch_cap), bsin(batch_cap);
-    std::array<int64_t, kMaxDims> tidx{}, bidx{};
+    std::vector<int64_t> tidx(tab.nt), bidx(max_nb);
 
     for (int64_t item = begin; item < end; ++item) {
       const int64_t blk = item / nslices, slice = item % nslices;
@@ -301,7 +301,6 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
   int64_t numel = 0;
   for (const auto& p : xs) numel += p.first.numel();
   if (numel == 0) return;
-  TORCH_CHECK(x0.dim() <= kMaxDims, "rope_matrix: x must have rank <= ", kMaxDims, ", got ", x0.dim());
   const std::shared_ptr<const RotatePlan> plan_ptr = cached_rotate_plan(y);
   const RotatePlan& plan = *plan_ptr;
   const at::Tensor sin = rows_contiguous(sin_in), cos = rows_contiguous(cos_in);

@@ -13,7 +13,9 @@ namespace {
 
 enum IsaLevel { kGeneric = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
 
-// What this CPU has (and this build compiled), capped by NPU_OPS_CPU_ISA = generic | avx2 | avx512.
+// What this CPU has (and this build compiled), capped by NPU_OPS_CPU_ISA = generic | avx2 | avx512
+// | avx512_bf16 (unset or empty: no cap; a family the CPU lacks caps at the widest it has); any
+// other value is a ValueError.
 int isa_level() {
   static const int cpu_level = [] {
     int level = kGeneric;
@@ -34,11 +36,18 @@ int isa_level() {
     return level;
   }();
   int level = cpu_level;
-  if (const char* v = std::getenv("NPU_OPS_CPU_ISA")) {
-    if (std::strcmp(v, "generic") == 0) level = kGeneric;
-    if (std::strcmp(v, "avx2") == 0) level = std::min(level, static_cast<int>(kAvx2));
-    if (std::strcmp(v, "avx512") == 0) level = std::min(level, static_cast<int>(kAvx512));
+  const char* v = std::getenv("NPU_OPS_CPU_ISA");
+  if (v == nullptr || *v == '\0') return level;
+  static constexpr struct {
+    const char* name;
+    int level;
+  } kCaps[] = {{"generic", kGeneric}, {"avx2", kAvx2}, {"avx512", kAvx512}, {"avx512_bf16", kAvx512Bf16}};
+  for (const auto& cap : kCaps) {
+    if (std::strcmp(v, cap.name) == 0) return std::min(level, cap.level);
   }
+  TORCH_CHECK_VALUE(false, "NPU_OPS_CPU_ISA=\"", v, "\" is not valid: set it to one of generic, avx2, avx512, "
+                    "avx512_bf16 (the widest kernel family the CPU kernel may take), or unset it for the "
+                    "widest this CPU has");
   return level;
 }
 

@@ -341,3 +341,81 @@ def test_signed_permutation_subnormals_and_nan_same_bits_on_every_isa(monkeypatc
     xs = torch.full((2, 23, 128), 2.0**-127).bfloat16()
     _assert_same_bits(_per_isa(monkeypatch, xs, mode_matrix(mode, split), s, s),
                       rope_matrix_reference(xs, mode_matrix(mode, split), s, s))
+
+
+# ---- Any rank ----------------------------------------------------------------------------------
+def _high_rank_case(rank, layout, g, d=32, dtype=torch.bfloat16):
+    # Sizes 2 in every third dim (1 elsewhere), the tables varying in some of them; x strided,
+    # transposed or expanded.
+    sizes = [2 if i % 3 == 0 else 1 for i in range(rank - 1)] + [d]
+    tsizes = [s if i % 2 == 0 else 1 for i, s in enumerate(sizes[:-1])] + [d]
+    if layout == "strided":
+        # every other element of the last dim, every other index of dims 0 and 3
+        wide = [2 * s if i in (0, 3, rank - 1) else s for i, s in enumerate(sizes)]
+        big = torch.randn(wide, generator=g).to(dtype)
+        x = big[tuple(slice(None, None, 2) if i in (0, 3, rank - 1) else slice(None) for i in range(rank))]
+    elif layout == "transposed":
+        x = torch.randn(sizes, generator=g).to(dtype).transpose(0, rank - 4).contiguous().transpose(0, rank - 4)
+    else:  # expanded: stride 0 in every broadcast dim of size 2
+        base = [1 if (s == 2 and t == 1) else s for s, t in zip(sizes, tsizes)]
+        x = torch.randn(base, generator=g).to(dtype).expand(sizes)
+    sin = torch.randn(tsizes, generator=g).to(dtype)
+    cos = torch.randn(tsizes[2:], generator=g).to(dtype)  # lower rank: broadcast on the left
+    return x, get_half_matrix(d, dtype=dtype), sin, cos
+
+
+@pytest.mark.parametrize("rank", [17, 18, 19, 20])
+@pytest.mark.parametrize("layout", ["strided", "transposed", "expanded"])
+def test_rank_above_16(rank, layout):
+    g = torch.Generator().manual_seed(rank)
+    x, y, sin, cos = _high_rank_case(rank, layout, g)
+    assert x.dim() == rank
+    out = op(x, y, sin, cos)
+    assert out.shape == x.shape
+    torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+    yd = torch.randn(32, 32, generator=g).bfloat16()
+    torch.testing.assert_close(op(x, yd, sin, cos), rope_matrix_reference(x, yd, sin, cos),
+                               rtol=TOL[torch.bfloat16], atol=TOL[torch.bfloat16])
+    q, k = torch.ops.npu_ops_transformer_ext.rope_matrix_qk(x, x * 2, y, sin, cos)
+    torch.testing.assert_close(k, op(x * 2, y, sin, cos), rtol=0, atol=0)
+    xi = x.contiguous()
+    torch.ops.npu_ops_transformer_ext.rope_matrix_(xi, y, sin, cos)
+    torch.testing.assert_close(xi, out, rtol=0, atol=0)
+
+
+def test_more_than_16_table_dims_and_broadcast_dims():
+    # 17 dims where the tables vary and 2 where they broadcast (rank 20, D = 8, fp32).
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn([2] * 19 + [8], generator=g)
+    sin = torch.randn([2] * 17 + [8], generator=g)
+    cos = torch.randn([1] * 2 + [2] * 17 + [8], generator=g)
+    y = mode_matrix("interleave", [8], dtype=torch.float32)
+    torch.testing.assert_close(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+
+
+def test_rank_above_16_under_torch_compile():
+    g = torch.Generator().manual_seed(5)
+    x, y, sin, cos = _high_rank_case(18, "strided", g)
+
+    def f(x, y, sin, cos):
+        return ext.rope_matrix(x, y, sin, cos) + torch.ops.npu_ops_transformer_ext.rope_matrix(x * 2, y, sin, cos)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, dynamic=False)
+    torch.testing.assert_close(compiled(x, y, sin, cos), f(x, y, sin, cos), rtol=0, atol=0)
+    torch.testing.assert_close(f(x, y, sin, cos),
+                               (rope_matrix_reference(x, y, sin, cos).float()
+                                + rope_matrix_reference(x * 2, y, sin, cos).float()).bfloat16(), rtol=0, atol=0)
+
+
+def test_rank_above_16_twin_agrees():
+    # The NPU host code (through its CPU twin) takes any rank too, with the same bits.
+    from npu_ops_transformer_ext import twin
+
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn([2] + [1] * 13 + [3, 16, 2, 64], generator=g).bfloat16()
+    y = get_half_matrix(64)
+    sin, cos = torch.randn(2, 16, 1, 64, generator=g).bfloat16().unbind(0)
+    out, _ = twin.run(x, y, sin, cos)
+    assert x.dim() == 18 and out.shape == x.shape
+    assert torch.equal(out.view(torch.int16), op(x, y, sin, cos).view(torch.int16))
