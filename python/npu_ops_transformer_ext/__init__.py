@@ -31,11 +31,13 @@ from .tables import (
     RopeTables,
     RotaryEmbedding,
     for_layout,
+    hf_rope_scaling,
     rope_1d,
     rope_inv_freq,
     rope_mrope,
     rope_nd,
 )
+from .transformers import patch_transformers, unpatch_transformers  # HF transformers drop-in
 
 __version__: str = "0.1.0"
 
@@ -48,7 +50,9 @@ __all__ = [
     "get_interleave_half_matrix",
     "get_interleave_matrix",
     "get_quarter_matrix",
+    "hf_rope_scaling",
     "is_signed_permutation",
+    "patch_transformers",
     "rope_1d",
     "rope_inv_freq",
     "rope_matrix",
@@ -56,4 +60,5 @@ __all__ = [
     "rope_matrix_qk",
     "rope_mrope",
     "rope_nd",
+    "unpatch_transformers",
 ]

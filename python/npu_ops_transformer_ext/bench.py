@@ -13,6 +13,10 @@ Providers (each computes the same result for the given mode):
     clone         ``x.clone()``: a same-size copy into a new tensor (the floor for any op that
                   returns a new tensor: it reads x, allocates and writes the output)
     copy_         ``out.copy_(x)`` into a preallocated tensor (pure read + write bandwidth)
+    rope_matrix_qk  the fused q/k call with k a copy of x (q + k bytes)
+    limit, limit_qk  the memory limit for x's (q + k's) bytes: a native copy with the tables read
+                  once (sweep.py); the ``/limit`` column divides by it
+    --sweep       runs ``python -m npu_ops_transformer_ext.sweep`` with the other options instead
 
 Prints a table and writes a long-format CSV (one row per mode and provider): median and p20/p80
 in ms, achieved GB/s (x read + output written + tables read once), ratios to ``clone`` and
@@ -27,6 +31,7 @@ import csv
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -36,6 +41,7 @@ import torch
 from . import (
     _cli,
     ops,  # noqa: F401  (registers the op)
+    sweep,
 )
 from .reference import mode_matrix, rope_v1, rope_v3
 
@@ -47,8 +53,9 @@ MODES = {
     "3d": ("half", [44, 44, 40]),
     "dense": (None, [128]),
 }
-FAST = ("rope_matrix", "rope_matrix_nocache", "clone", "copy_")
-PROVIDERS = ["rope_matrix", "rope_matrix_nocache", "eager_v1", "eager_v3", "compile_v1", "clone", "copy_"]
+FAST = ("rope_matrix", "rope_matrix_nocache", "clone", "copy_", "rope_matrix_qk", "limit", "limit_qk")
+PROVIDERS = ["rope_matrix", "rope_matrix_nocache", "eager_v1", "eager_v3", "compile_v1", "clone", "copy_",
+             "rope_matrix_qk", "limit", "limit_qk"]  # limit*: the memory limit, see sweep.py
 
 
 def _cpu_model() -> str:
@@ -108,6 +115,7 @@ def _providers(mode_name, x, y, sin, cos, sections, rot_mode):
         "eager_v3": lambda: rope_v3(x, sin, cos, y, compute_dtype=None),
         "clone": lambda: x.clone(),
         "copy_": lambda: out.copy_(x),
+        **sweep.bench_providers(x, y, sin, cos),
     }
     if rot_mode is not None:
         fns["eager_v1"] = lambda: rope_v1(x, sin, cos, rot_mode, sections, compute_dtype=None)
@@ -134,8 +142,6 @@ def run(
     x = torch.randn(b, n, s, d, generator=g).to(dtype)
     sin = torch.randn(1, 1, s, d, generator=g).to(dtype)
     cos = torch.randn(1, 1, s, d, generator=g).to(dtype)
-    elem = x.element_size()
-    moved = 2 * x.numel() * elem + 2 * sin.numel() * elem
     meta = {
         "version": _cli.package_version(), "git": _cli.git_revision(), "torch": torch.__version__,
         "cpu": _cpu_model(), "threads": torch.get_num_threads(),
@@ -167,21 +173,22 @@ def run(
         for p, (med, p20, p80) in results.items():
             row = {
                 "op": "rope_matrix", "mode": mode_name, "provider": p, "median_ms": _sig(med),
-                "p20_ms": _sig(p20), "p80_ms": _sig(p80), "gbps": _sig(moved / med / 1e6),
+                "p20_ms": _sig(p20), "p80_ms": _sig(p80), "gbps": _sig(sweep.moved_bytes(p, x, (sin, cos)) / med / 1e6),
+                "x_limit": _sig(med / results[sweep.limit_of(p)][0], 3) if sweep.limit_of(p) in results else "",
                 "x_clone": _sig(med / results["clone"][0], 3) if "clone" in results else "",
                 "x_copy": _sig(med / results["copy_"][0], 3) if "copy_" in results else "",
                 **meta,
             }
             rows.append(row)
     bar.close()
-    header = f"{'mode':<11}{'provider':<21}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}"
+    header = f"{'mode':<11}{'provider':<21}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}{'/limit':>8}"
     print(f"rope_matrix benchmark: x {list(shape)} {meta['dtype']} BNSD, tables [1,1,S,D]; "
           f"{meta['cpu']}, {meta['threads']} threads, torch {meta['torch']}, "
           f"npu_ops_transformer_ext {meta['version']} (git {meta['git']})")
     print(header)
     for r in rows:
         print(f"{r['mode']:<11}{r['provider']:<21}{r['median_ms']:>10.2f}{r['p20_ms']:>8.2f}{r['p80_ms']:>8.2f}"
-              f"{r['gbps']:>8.3g}{r['x_clone']!s:>8}{r['x_copy']!s:>8}")
+              f"{r['gbps']:>8.3g}{r['x_clone']!s:>8}{r['x_copy']!s:>8}{r['x_limit']!s:>8}")
     if csv_path:
         os.makedirs(os.path.dirname(os.path.abspath(csv_path)), exist_ok=True)
         with open(csv_path, "w", newline="") as f:
@@ -198,8 +205,11 @@ def _sig(value: float, digits: int = 4) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> object:
     """Command line: ``python -m npu_ops_transformer_ext.bench --help``."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    if "--sweep" in args:  # the size sweep against the memory limit (sweep.py has its own options)
+        return sweep.main([v for v in args if v != "--sweep"])
     ap = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.bench",
         description=__doc__,
@@ -218,7 +228,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--csv", default="bench_results/rope_matrix_cpu.csv",
                     help="CSV file to write ('' for none)")
     _cli.add_progress_option(ap)
-    a = ap.parse_args(argv)
+    ap.add_argument("--sweep", action="store_true",
+                    help="run python -m npu_ops_transformer_ext.sweep with the other options instead "
+                    "(see its --help)")
+    a = ap.parse_args(args)
     if a.threads:
         torch.set_num_threads(a.threads)
     try:
@@ -238,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if a.iters < 1 or a.warmup < 0:
         ap.error("--iters must be >= 1 and --warmup >= 0")
     run(shape, getattr(torch, a.dtype), modes, providers, a.warmup, a.iters, a.csv, a.progress)
+    return None
 
 
 if __name__ == "__main__":
