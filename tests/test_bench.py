@@ -76,14 +76,15 @@ def test_csv_records_version_and_git(tmp_path):
 def test_progress_bar_and_quiet_fallback_without_tqdm(tmp_path, monkeypatch, capsys):
     args = ["--shape", "1,1,8,128", "--iters", "2", "--warmup", "1", "--modes", "half,dense",
             "--providers", "rope_matrix,clone", "--csv", "", "--progress", "on"]
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "tqdm", None)  # as if tqdm were not installed
+        bench.main(args)
+    captured = capsys.readouterr()
+    assert captured.err == "" and "rope_matrix benchmark" in captured.out
     pytest.importorskip("tqdm")
     bench.main(args)
     err = capsys.readouterr().err
     assert "bench" in err and "/12 [" in err  # (1 warmup + 2 timed) x 2 providers x 2 modes
-    monkeypatch.setitem(sys.modules, "tqdm", None)  # as if tqdm were not installed
-    bench.main(args)
-    captured = capsys.readouterr()
-    assert captured.err == "" and "rope_matrix benchmark" in captured.out
 
 
 def test_bad_arguments_name_the_valid_values(capsys):

@@ -102,3 +102,36 @@ def test_public_functions_have_hints_and_docstrings(module):
         for p in sig.parameters.values():
             assert p.annotation is not inspect.Parameter.empty, f"{module}.{name}({p.name})"
     assert checked
+
+
+ENV_SH = ROOT / "scripts" / "env.sh"
+
+
+def _source_env(tmp_path, **env):
+    import os
+
+    full = {k: v for k, v in os.environ.items() if k not in ("USE_ACTIVE_ENV", "NPU_OPS_VENV")}
+    full.update(env)
+    return subprocess.run(
+        ["bash", "-c", f'set -euo pipefail; source "{ENV_SH}"; echo "PY=$PY"'],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, env=full, check=False,
+    )
+
+
+@pytest.mark.skipif(not ENV_SH.exists(), reason="needs the source tree (scripts/)")
+def test_scripts_use_the_project_venv_unless_told_otherwise(tmp_path):
+    # default: the venv (here an existing fake one, so nothing is created)
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fake = venv / "bin" / "python"
+    fake.write_text("#!/bin/sh\necho Python 3.fake\n")
+    fake.chmod(0o755)
+    r = _source_env(tmp_path, NPU_OPS_VENV=str(venv))
+    assert r.returncode == 0 and f"PY={fake}" in r.stdout, r.stdout + r.stderr
+    # opting out says what it will install where
+    r = _source_env(tmp_path, USE_ACTIVE_ENV="1")
+    assert r.returncode == 0, r.stderr
+    assert "installing into the active environment" in r.stdout and "torch 2.13.0" in r.stdout
+    # anything else is refused with the valid values
+    r = _source_env(tmp_path, USE_ACTIVE_ENV="yes")
+    assert r.returncode == 1 and "must be 0" in r.stderr and "or 1" in r.stderr

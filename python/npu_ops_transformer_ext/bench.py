@@ -205,7 +205,7 @@ def _sig(value: float, digits: int = 4) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> object:
     """Command line: ``python -m npu_ops_transformer_ext.bench --help``."""
     args = sys.argv[1:] if argv is None else list(argv)
     if "--sweep" in args:  # the size sweep against the memory limit (sweep.py has its own options)
@@ -224,14 +224,14 @@ def main(argv: Sequence[str] | None = None) -> None:
                     help=f"comma list, each one of: {', '.join(PROVIDERS)}")
     ap.add_argument("--warmup", type=int, default=3, help="untimed calls per provider and mode")
     ap.add_argument("--iters", type=int, default=20, help="timed calls per provider and mode")
-    ap.add_argument("--sweep", action="store_true",
-                    help="run the size sweep against the memory limit instead; every other option is "
-                         "then sweep's (python -m npu_ops_transformer_ext.sweep --help)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--csv", default="bench_results/rope_matrix_cpu.csv",
                     help="CSV file to write ('' for none)")
     _cli.add_progress_option(ap)
-    a = ap.parse_args(argv)
+    ap.add_argument("--sweep", action="store_true",
+                    help="run python -m npu_ops_transformer_ext.sweep with the other options instead "
+                    "(see its --help)")
+    a = ap.parse_args(args)
     if a.threads:
         torch.set_num_threads(a.threads)
     try:
@@ -251,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if a.iters < 1 or a.warmup < 0:
         ap.error("--iters must be >= 1 and --warmup >= 0")
     run(shape, getattr(torch, a.dtype), modes, providers, a.warmup, a.iters, a.csv, a.progress)
+    return None
 
 
 if __name__ == "__main__":
