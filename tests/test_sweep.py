@@ -56,7 +56,7 @@ def test_limit_fn_moves_the_bytes():
 def test_sweep_tiny_grid(tmp_path, capsys):
     csv_path, png = tmp_path / "s.csv", tmp_path / "s.png"
     sweep.main(["--sizes", "256,512", "--dtypes", "bfloat16,float32", "--modes", "half,3d",
-                "--threads", "1,all", "--warmup", "1", "--iters", "3", "--csv", str(csv_path),
+                "--threads", "1,all", "--warmup", "1", "--iters", "3", "--min-time", "0", "--csv", str(csv_path),
                 "--plot", str(png), "--quiet"])
     with open(csv_path) as f:
         rows = list(csv.DictReader(f))

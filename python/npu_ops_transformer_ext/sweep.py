@@ -19,7 +19,8 @@ default, S from 256 (x = 1.5 MiB in bf16) to 32768 (192 MiB), dtypes bfloat16 / 
 float32, modes half / interleave / 3D (44+44+40 half), tables ``[S, D]`` in x's dtype (or float32
 with ``--table-dtype float32``), torch threads 1, 2 and all. Within one (S, dtype, threads) cell
 every provider is timed round-robin (one call of each per round), so that a change in machine load
-affects them alike and the ratios stay meaningful. Calls are warm (the same x every call: x stays
+affects them alike and the ratios stay meaningful; a cell runs at least ``--iters`` rounds and at
+least ``--min-time`` seconds of them (hundreds of rounds for the small sizes). Calls are warm (the same x every call: x stays
 in cache where it fits).
 
 Writes a long-format CSV (one row per provider and cell: median and p20/p80 in ms, GB/s, ratio to
@@ -115,10 +116,18 @@ def moved_bytes(provider: str, x, tables) -> int:
 # ---- the sweep ----------------------------------------------------------------------------------
 
 
-def _time_round_robin(fns: dict, warmup: int, iters: int) -> dict:
+def _time_round_robin(fns: dict, warmup: int, iters: int, min_time: float = 0.0) -> dict:
+    """{name: (median, p20, p80, min) ms}: at least ``iters`` rounds of one call of each, more
+    (up to 5000) until the rounds take ``min_time`` seconds, so that small calls get enough samples
+    for a stable median and minimum on a busy machine."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
+    t0 = time.perf_counter()
+    for fn in fns.values():
+        fn()
+    per_round = max(time.perf_counter() - t0, 1e-9)
+    iters = max(iters, min(5000, int(min_time / per_round)))
     samples = {name: [] for name in fns}
     for _ in range(iters):
         for name, fn in fns.items():
@@ -147,7 +156,7 @@ def _thread_counts(spec: str) -> list[int]:
 
 def run_sweep(sizes=SIZES, dtypes=DTYPES, layouts=LAYOUTS, modes=tuple(MODES), threads="1,2,all",
               heads=24, dim=128, table_dtype="same", qk=True, copy=True, warmup=2, iters=10,
-              progress=print) -> list[dict]:
+              min_time=0.3, progress=print) -> list[dict]:
     """Runs the grid and returns one dict per (cell, provider); see the module doc."""
     counts = _thread_counts(threads)
     total_threads = torch.get_num_threads()
@@ -193,7 +202,7 @@ def run_sweep(sizes=SIZES, dtypes=DTYPES, layouts=LAYOUTS, modes=tuple(MODES), t
                     if copy:
                         out = torch.empty_like(xs[lay0])
                         fns["copy_||"] = lambda out=out, x=xs[lay0]: out.copy_(x)
-                    res = _time_round_robin(fns, warmup, iters)
+                    res = _time_round_robin(fns, warmup, iters, min_time)
                     limit_ms = {name: res[f"{name}||"][0] for name in lims}
                     limit_min = {name: res[f"{name}||"][3] for name in lims}
                     copy_ms = res["copy_||"][0] if copy else None
@@ -364,7 +373,9 @@ def main(argv=None):
     ap.add_argument("--table-dtype", default="same", choices=["same", "float32"])
     ap.add_argument("--no-qk", action="store_true", help="skip rope_matrix_qk")
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=10, help="rounds per cell, at least")
+    ap.add_argument("--min-time", type=float, default=0.3,
+                    help="seconds of rounds per cell, at least (more rounds for small sizes)")
     ap.add_argument("--csv", default="bench_results/sweep.csv")
     ap.add_argument("--plot", default="bench_results/sweep.png", help="'' for none")
     ap.add_argument("--quiet", action="store_true")
@@ -391,7 +402,8 @@ def main(argv=None):
     if not _thread_counts(a.threads):
         ap.error(f"--threads: no valid count in {a.threads!r} (this process has {torch.get_num_threads()})")
     rows = run_sweep(sizes, dtypes, layouts, modes, a.threads, a.heads, a.dim, a.table_dtype,
-                     qk=not a.no_qk, warmup=a.warmup, iters=a.iters, progress=None if a.quiet else print)
+                     qk=not a.no_qk, warmup=a.warmup, iters=a.iters, min_time=a.min_time,
+                     progress=None if a.quiet else print)
     write_csv(rows, a.csv)
     for nt in sorted({int(r["threads"]) for r in rows}):
         print(summary(rows, "x_limit", nt) + "\n")
