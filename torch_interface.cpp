@@ -66,7 +66,8 @@ at::Tensor rope_matrix_npu(const at::Tensor& x, const at::Tensor& y, const at::T
   std::vector<uint8_t> packed;
   try {
     t = rope_matrix::compute_tiling(c.problem, npu_platform());
-    packed = rope_matrix::pack_tiling(t, rope_matrix::compute_matmul_tiling(t));
+    packed = rope_matrix::pack_tiling(
+        t, rope_matrix::compute_matmul_tiling(t, c.problem.xType, *platform_ascendc::PlatformAscendCManager::GetInstance()));
   } catch (const rope_matrix::TilingError& e) {
     TORCH_CHECK_VALUE(false, e.what());
   }

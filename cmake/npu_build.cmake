@@ -8,7 +8,9 @@ set(SOC_VERSION "Ascend910B3" CACHE STRING "SoC the Ascend C kernels are compile
 set(ASCEND_CANN_PACKAGE_PATH ${ASCEND_HOME_PATH})
 set(RUN_MODE npu)
 
-if(EXISTS ${ASCEND_HOME_PATH}/compiler/tikcpp/ascendc_kernel_cmake)
+if(EXISTS ${NPU_OPS_ASCENDC_DEVKIT}/tikcpp/ascendc_kernel_cmake)
+  set(ASCENDC_CMAKE_DIR ${NPU_OPS_ASCENDC_DEVKIT}/tikcpp/ascendc_kernel_cmake)
+elseif(EXISTS ${ASCEND_HOME_PATH}/compiler/tikcpp/ascendc_kernel_cmake)
   set(ASCENDC_CMAKE_DIR ${ASCEND_HOME_PATH}/compiler/tikcpp/ascendc_kernel_cmake)
 elseif(EXISTS ${ASCEND_HOME_PATH}/tools/tikcpp/ascendc_kernel_cmake)
   set(ASCENDC_CMAKE_DIR ${ASCEND_HOME_PATH}/tools/tikcpp/ascendc_kernel_cmake)

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "tiling/platform/platform_ascendc.h"
 #include "tiling/tiling_api.h"  // CANN's matmul tiling, or the twin's equivalent without CANN
 
 namespace rope_matrix {
@@ -88,13 +89,23 @@ RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t
   return t;
 }
 
-std::vector<uint8_t> compute_matmul_tiling(const RopeMatrixTiling& t) {
+static matmul_tiling::DataType matmul_data_type(DType xType) {
+  switch (xType) {
+    case DType::FP32: return matmul_tiling::DataType::DT_FLOAT;
+    case DType::FP16: return matmul_tiling::DataType::DT_FLOAT16;
+    case DType::BF16: break;
+  }
+  return matmul_tiling::DataType::DT_BFLOAT16;
+}
+
+std::vector<uint8_t> compute_matmul_tiling(const RopeMatrixTiling& t, DType xType,
+                                           const platform_ascendc::PlatformAscendC& plat) {
   using namespace matmul_tiling;
-  const DataType dt = t.xBytes == 4 ? DataType::DT_FLOAT : DataType::DT_BFLOAT16;
-  // fp16 and bf16 tile identically (same element size); the kernel's MatmulType carries the type.
+  const DataType dt = matmul_data_type(xType);
+  if ((xType == DType::FP32) != (t.xBytes == 4)) fail("x dtype and xBytes = ", t.xBytes, " of the tiling disagree");
   const int64_t m = 2ll * t.chunkRows * static_cast<int64_t>(t.inner);
   const int32_t M = static_cast<int32_t>(m), D = static_cast<int32_t>(t.d);
-  MultiCoreMatmulTiling api;
+  MultiCoreMatmulTiling api(plat);
   api.SetDim(static_cast<int32_t>(t.blockDim));
   api.SetAType(TPosition::GM, CubeFormat::ND, dt, false);
   api.SetBType(TPosition::GM, CubeFormat::ND, dt, false);

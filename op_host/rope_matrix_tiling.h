@@ -9,6 +9,10 @@
 
 #include "inc/rope_matrix_tiling.h"
 
+namespace platform_ascendc {
+class PlatformAscendC;  // CANN's tiling/platform/platform_ascendc.h (or the twin's)
+}
+
 namespace rope_matrix {
 
 // What the launcher knows about the device (from PlatformAscendC on NPU, from the SoC table in the twin).
@@ -50,9 +54,11 @@ uint32_t ub_bytes_per_element(uint32_t xBytes, uint32_t tableBytes);
 // The tiling; `maxBlockDim` (0 = all) caps the AI Cores used. Throws TilingError.
 RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t maxBlockDim = 0);
 
-// Matmul tiling (CANN's MultiCoreMatmulTiling, or the twin's equivalent) for the per-step product
-// [2*chunkRows*inner, D] @ [D, D], written as the kernel's TCubeTiling bytes. Throws TilingError.
-std::vector<uint8_t> compute_matmul_tiling(const RopeMatrixTiling& t);
+// Matmul tiling (CANN's MultiCoreMatmulTiling on `plat`, or the twin's equivalent) for the per-step
+// product [2*chunkRows*inner, D] @ [D, D] of x's type `xType`, written as the kernel's TCubeTiling
+// bytes. Throws TilingError.
+std::vector<uint8_t> compute_matmul_tiling(const RopeMatrixTiling& t, DType xType,
+                                           const platform_ascendc::PlatformAscendC& plat);
 
 // The bytes the kernel's `tiling` argument points to: RopeMatrixTiling, then TCubeTiling.
 std::vector<uint8_t> pack_tiling(const RopeMatrixTiling& t, const std::vector<uint8_t>& cube);

@@ -9,24 +9,33 @@
 // The same source compiles with bisheng for the NPU and with g++ against twin/include.
 #pragma once
 
+// The Matmul runs on the AIC alone (cube and vector code are split below). The macro selects the
+// cube-only Matmul and must precede every Ascend C include.
+#ifndef ASCENDC_CUBE_ONLY
+#define ASCENDC_CUBE_ONLY
+#endif
 #include "kernel_operator.h"
-#define ASCENDC_CUBE_ONLY  // the Matmul runs on the AIC alone; cube and vector code are split below
 #include "lib/matmul_intf.h"
 
 #include "inc/rope_matrix_tiling.h"
 
 namespace rope_matrix {
 
-// Copies a tiling struct from GM, word by word (the struct sizes are multiples of 4).
+// Copies a tiling struct from GM byte by byte: a byte pointer may alias any object, so the struct's
+// fields of any width are written without a strict-aliasing violation.
 template <typename S>
 __aicore__ inline void CopyTiling(S* dst, GM_ADDR src) {
-  AscendC::GlobalTensor<uint32_t> g;
-  g.SetGlobalBuffer((__gm__ uint32_t*)src, sizeof(S) / sizeof(uint32_t));
-  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
-  for (uint32_t i = 0; i < sizeof(S) / sizeof(uint32_t); ++i) {
+  AscendC::GlobalTensor<uint8_t> g;
+  g.SetGlobalBuffer((__gm__ uint8_t*)src, sizeof(S));
+  uint8_t* d = reinterpret_cast<uint8_t*>(dst);
+  for (uint32_t i = 0; i < sizeof(S); ++i) {
     d[i] = g.GetValue(i);
   }
 }
+
+// Vector cores per cube core in a KERNEL_TYPE_MIX_AIC_1_2 launch. On a vector core GetBlockIdx()
+// is cube * kVecPerCube + GetSubBlockIdx(); this spelling exists in every supported CANN version.
+constexpr uint64_t kVecPerCube = 2;
 
 template <typename T>
 class RopeMatrixCube {
@@ -78,10 +87,12 @@ class RopeMatrixCube {
  private:
   RopeMatrixTiling t_;
   AscendC::GlobalTensor<T> xGm_, yGm_, wsGm_;
-  AscendC::Matmul<AscendC::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, T>,
-                  AscendC::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, T>,
-                  AscendC::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, T>>
-      mm_;
+  // `matmul::` is the spelling every supported CANN has (newer ones alias it to AscendC). The bias
+  // type is given although no bias is used: its default (C's type, bf16 for bf16 x) is not a bias
+  // type A2 allows.
+  using MmT = matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, T>;
+  using MmBias = matmul::MatmulType<AscendC::TPosition::GM, CubeFormat::ND, float>;
+  matmul::Matmul<MmT, MmT, MmT, MmBias> mm_;
 };
 
 // T: x / y / out / workspace type; TT: sin / cos type (T or float).
@@ -115,8 +126,8 @@ class RopeMatrixVec {
   }
 
   __aicore__ inline void Process() {
-    const uint64_t b = AscendC::GetBlockIdx() / AscendC::GetTaskRatio();
     const uint64_t sub = AscendC::GetSubBlockIdx();
+    const uint64_t b = (AscendC::GetBlockIdx() - sub) / kVecPerCube;
     uint64_t sBegin, rows;
     CubeRows(t_, b, sBegin, rows);
     const uint64_t steps = Steps(t_, rows);

@@ -303,3 +303,154 @@ def test_inplace_inference_mode():
         want = ext.rope_matrix(a, y, sin, cos)
         ext.rope_matrix_(a, y, sin, cos)
     assert torch.equal(a, want)
+
+
+# ---- second derivatives ------------------------------------------------------------------------
+
+# Table forms for double backward: x's layout, the table shape given to the op, and whether the op
+# gets an expanded (stride-0) view of it.
+GG_FORMS = {
+    "bnsd-S,D": ((B, N, S, D), (S, D), False),
+    "bnsd-1,1,S,D": ((B, N, S, D), (1, 1, S, D), False),
+    "bnsd-B,1,S,D": ((B, N, S, D), (B, 1, S, D), False),
+    "bnsd-D": ((B, N, S, D), (D,), False),
+    "bnsd-full": ((B, N, S, D), (B, N, S, D), False),
+    "bsnd-1,S,1,D": ((B, S, N, D), (1, S, 1, D), False),
+    "bsnd-S,1,D": ((B, S, N, D), (S, 1, D), False),
+    "bnsd-expanded": ((B, N, S, D), (S, D), True),
+}
+
+
+def _gg_inputs(mat, form, pair, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    xshape, tshape, expand = GG_FORMS[form]
+    y = MATS[mat]()
+    if pair:
+        sin, cos = _pair_table(y, tshape, g), _pair_table(y, tshape, g)
+    else:
+        sin = torch.randn(tshape, dtype=torch.float64, generator=g)
+        cos = torch.randn(tshape, dtype=torch.float64, generator=g)
+    x = torch.randn(xshape, dtype=torch.float64, generator=g)
+    if expand:
+        # gradcheck perturbs each input element, so it gets the compact table; the op gets a view
+        def fn(x, y, sin, cos):
+            return ext.rope_matrix(x, y, sin.expand(xshape), cos.expand(xshape))
+    else:
+        fn = ext.rope_matrix
+    return fn, (x, y, sin, cos)
+
+
+@pytest.mark.parametrize("pair", [True, False], ids=["pair-table", "free-table"])
+@pytest.mark.parametrize("form", list(GG_FORMS))
+@pytest.mark.parametrize("mat", list(MATS))
+def test_gradgradcheck_rope_matrix(mat, form, pair):
+    fn, args = _gg_inputs(mat, form, pair)
+    args = tuple(t.requires_grad_() for t in args)
+    assert torch.autograd.gradgradcheck(fn, args, fast_mode=True)
+
+
+@pytest.mark.parametrize("mat", ["half", "interleave", "compose3d", "partial", "dense"])
+def test_gradgradcheck_rope_matrix_qk(mat):
+    _, (x, y, sin, cos) = _gg_inputs(mat, "bnsd-B,1,S,D", pair=False)
+    k = torch.randn(B, 1, S, D, dtype=torch.float64)  # GQA/MQA: one k head
+    args = tuple(t.requires_grad_() for t in (x, k, y, sin, cos))
+    assert torch.autograd.gradgradcheck(ext.rope_matrix_qk, args)
+
+    # only one of the two outputs used: the other gradient is None in the double backward
+    def q_only(q, k, y, sin, cos):
+        return ext.rope_matrix_qk(q, k, y, sin, cos)[0]
+
+    assert torch.autograd.gradgradcheck(q_only, args)
+
+
+def _second_order(fn, ins, g, w):
+    """d/d(ins) of sum_i <w_i, d<g, fn(ins)>/d ins_i>: every second derivative, mixed ones too."""
+    first = torch.autograd.grad(fn(*ins), ins, g, create_graph=True)
+    return torch.autograd.grad(sum((a * b).sum() for a, b in zip(first, w)), ins)
+
+
+@pytest.mark.parametrize("form", ["bnsd-S,D", "bsnd-1,S,1,D", "bnsd-full"])
+@pytest.mark.parametrize("mat", list(MATS))
+def test_second_derivatives_match_plain_autograd(mat, form):
+    """Every second derivative (x, y, sin, cos and mixed) against autograd through the plain fp64
+    formula, with sin not equal within the rotated pairs (the case that went wrong for y)."""
+    _, base = _gg_inputs(mat, form, pair=False, seed=4)
+    gen = torch.Generator().manual_seed(9)
+    g = torch.randn(base[0].shape, dtype=torch.float64, generator=gen)
+    w = [torch.randn(t.shape, dtype=torch.float64, generator=gen) for t in base]
+    ours = _second_order(ext.rope_matrix, [t.clone().requires_grad_() for t in base], g, w)
+    refs = _second_order(_ref, [t.clone().requires_grad_() for t in base], g, w)
+    for name, a, b in zip(["x", "y", "sin", "cos"], ours, refs):
+        torch.testing.assert_close(a, b, msg=lambda m, name=name: f"d2/d{name}: {m}")
+
+
+def test_double_backward_through_the_backward_helper_ops():
+    """The x-gradient helper op is itself differentiable (no 'autograd kernel was not registered'
+    fallback, which silently drops the gradient)."""
+    import warnings
+
+    _, (x, y, sin, cos) = _gg_inputs("half", "bnsd-S,D", pair=False)
+    g = torch.randn(x.shape, dtype=torch.float64, requires_grad=True)
+    ins = [t.requires_grad_() for t in (y, sin, cos)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dx = OPS.rope_matrix_backward(g, *ins)
+        got = torch.autograd.grad(dx.sum(), [g, *ins])
+    ref_ins = [t.detach().clone().requires_grad_() for t in (g, y, sin, cos)]
+    g_, y_, s_, c_ = ref_ins
+    ref = torch.autograd.grad((g_ * c_ + (g_ * s_) @ y_.t()).sum(), ref_ins)
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a, b)
+
+
+def test_double_backward_under_compile_fails_loudly():
+    """torch.compile's AOTAutograd does not support double backward for any op: it raises, it does
+    not return a wrong second derivative. Eager mode gives it."""
+    _, (x, y, sin, cos) = _gg_inputs("interleave", "bnsd-S,D", pair=False)
+    ins = [t.requires_grad_() for t in (x, y, sin, cos)]
+    torch._dynamo.reset()
+    compiled = torch.compile(ext.rope_matrix, fullgraph=True, backend="aot_eager")
+    first = torch.autograd.grad(compiled(*ins).square().sum(), ins, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(sum(t.square().sum() for t in first), ins)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_second_derivatives_low_precision(dtype):
+    """bf16/fp16/fp32 x with fp32 tables and y: every second derivative near the fp64 one (the
+    first-order path already rounds once per op; this checks dtypes flow through the double
+    backward), and opcheck of the helper ops with inputs that require grad."""
+    gen = torch.Generator().manual_seed(2)
+    y = matrices.get_interleave_matrix(16, dtype=torch.float32)
+    sin, cos = (torch.randn(5, 16, generator=gen) for _ in range(2))
+    x = torch.randn(2, 5, 16, generator=gen).to(dtype)
+    g = torch.randn(2, 5, 16, generator=gen).to(dtype)
+    w = [torch.randn(t.shape, generator=gen).to(t.dtype) for t in (x, y, sin, cos)]
+    ours = _second_order(
+        ext.rope_matrix, [t.clone().requires_grad_() for t in (x, y, sin, cos)], g, w
+    )
+    refs = _second_order(
+        _ref,
+        [t.double().requires_grad_() for t in (x, y, sin, cos)],
+        g.double(),
+        [t.double() for t in w],
+    )
+    tol = {torch.bfloat16: 5e-2, torch.float16: 5e-3, torch.float32: 1e-4}[dtype]
+    for name, a, b, t in zip(["x", "y", "sin", "cos"], ours, refs, (x, y, sin, cos)):
+        assert a.dtype == t.dtype, name
+        torch.testing.assert_close(a.double(), b, rtol=tol, atol=tol * b.abs().max().item())
+    torch.library.opcheck(
+        OPS.rope_matrix_backward,
+        (g.clone().requires_grad_(), y.clone().requires_grad_(), sin.clone().requires_grad_(), cos),
+    )
+    torch.library.opcheck(
+        OPS.rope_matrix_qk_backward,
+        (
+            g.clone().requires_grad_(),
+            g[:1].clone().requires_grad_(),
+            y,
+            sin,
+            cos.clone().requires_grad_(),
+        ),
+    )

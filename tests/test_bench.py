@@ -35,7 +35,12 @@ def test_bench_figures_keep_significant_digits():
 
 def test_decode_benchmark_script_runs():
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_decode.py"
-    out = subprocess.run([sys.executable, str(script), "--calls", "5", "--batches", "1,2"],
+    out = subprocess.run([sys.executable, str(script), "--calls", "5", "--batches", "1,2",
+                          "--steps", "5"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
-    rows = [line.split() for line in out.splitlines()[2:]]
-    assert [r[0] for r in rows] == ["1", "2"] and all(float(v) > 0 for r in rows for v in r[1:])
+    # Two tables (per call, then per decode step), each: a title line, a header, one row per B.
+    tables = [t.splitlines() for t in out.strip().split("\n\n")]
+    assert len(tables) == 2
+    for lines in tables:
+        rows = [line.split() for line in lines[2:]]
+        assert [r[0] for r in rows] == ["1", "2"] and all(float(v) > 0 for r in rows for v in r[1:])

@@ -271,7 +271,8 @@ def test_yarn_attention_factor_scales_tables_not_tail():
 def test_rotary_embedding_module_caches_and_survives_dtype_cast():
     rope = tables.RotaryEmbedding(64, mode="half", layout="BSND")
     a = rope.tables(10)
-    assert rope.tables(10) is a
+    b = rope.tables(10)
+    assert b.cos.data_ptr() == a.cos.data_ptr() and b.mat is a.mat  # a view of the cached table
     assert a.cos.shape == (10, 1, 64) and a.cos.dtype == torch.float32
     rope.to(torch.bfloat16)
     assert rope.tables(10).cos.dtype == torch.float32
@@ -284,6 +285,283 @@ def test_rotary_embedding_module_caches_and_survives_dtype_cast():
     pos = torch.tensor([[3, 4, 5, 6, 7, 8, 9, 10, 11, 12]] * 2)
     qp, kp = rope(q, k, positions=pos)
     assert torch.equal(qp, qo) and torch.equal(kp, ko)
-    for i in range(12):
-        rope.tables(20 + i)
-    assert len(rope._cache) == rope.max_cached
+    assert len(rope._cache) == 1  # one table per (device, dtype), sliced
+
+
+def _count_builds(monkeypatch, rope):
+    n = []
+    real = rope._build
+
+    def counting(*a):
+        n.append(a[0] if isinstance(a[0], int) else tuple(a[0].shape))
+        return real(*a)
+
+    monkeypatch.setattr(rope, "_build", counting)
+    return n
+
+
+def test_rotary_embedding_decode_does_not_rebuild_every_step(monkeypatch):
+    """KV-cache decode (offset growing by one per step) slices cached tables: float64 tables are
+    rebuilt O(log n) times (geometric growth), not every step, and every step's tables equal
+    rope_1d's for that offset bit for bit."""
+    d = 32
+    rope = tables.RotaryEmbedding(d, layout="BSND")
+    builds = _count_builds(monkeypatch, rope)
+    q, k = torch.randn(2, 100, 4, d), torch.randn(2, 100, 2, d)
+    rope(q, k)  # prefill
+    q1, k1 = torch.randn(2, 1, 4, d), torch.randn(2, 1, 2, d)
+    for n in range(100, 1100):
+        qo, ko = rope(q1, k1, offset=n)
+        if n % 97 == 0:
+            t = tables.rope_1d(1, d, offset=n)
+            tab = tables.RopeTables(t.cos[:, None], t.sin[:, None], t.mat)
+            assert torch.equal(qo, _apply(q1, tab)) and torch.equal(ko, _apply(k1, tab))
+    assert len(builds) <= 6, builds  # 100 -> 200 -> 400 -> 800 -> 1600
+    assert builds[-1] == 1600
+    # per-token positions are rows of the same cached table
+    pos = torch.tensor([[5, 6, 7], [900, 901, 902]])
+    qp = torch.randn(2, 3, 4, d)
+    got, _ = rope(qp, qp, positions=pos)
+    t = tables.rope_1d(pos, d)
+    want = _apply(qp, tables.RopeTables(t.cos[:, :, None], t.sin[:, :, None], t.mat))
+    assert torch.equal(got, want)
+    assert len(builds) <= 6
+
+
+@pytest.mark.parametrize(
+    "scaling",
+    [
+        {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 64},
+        {
+            "rope_type": "longrope",
+            "original_max_position_embeddings": 64,
+            "short_factor": [1.0 + 0.01 * j for j in range(16)],
+            "long_factor": [1.0 + 0.1 * j for j in range(16)],
+            "factor": 4.0,
+        },
+    ],
+    ids=["dynamic", "longrope"],
+)
+def test_rotary_embedding_cache_follows_length_dependent_scaling(scaling, monkeypatch):
+    """Dynamic NTK and LongRoPE change the frequencies past L: cached tables never serve a
+    position from the other regime."""
+    d = 32
+    rope = tables.RotaryEmbedding(d, layout="BNSD", scaling=scaling)
+    builds = _count_builds(monkeypatch, rope)
+    x = torch.randn(1, 2, 1, d, dtype=F64)
+    for n in [0, 10, 40, 63, 64, 65, 100, 63, 200]:
+        got = rope(x, offset=n)
+        t = tables.rope_1d(1, d, offset=n, scaling=scaling, dtype=F64, mat_dtype=F64)
+        want = ext.rope_matrix(x, t.mat, t.sin.float().double(), t.cos.float().double())
+        assert torch.equal(got, want), n
+    if scaling["rope_type"] == "longrope":
+        assert builds == [1, 11, 41, 64, 65, 130, 260]  # short capped at L = 64, then long
+
+
+def test_rotary_embedding_layout_is_required():
+    """The layout is never guessed: no default (the old default BNSD silently rotated BSND q/k by
+    their head index)."""
+    with pytest.raises(TypeError, match="layout"):
+        tables.RotaryEmbedding(64)
+    with pytest.raises(ValueError, match="BNSD.*BSND"):
+        tables.RotaryEmbedding(64, layout="bsnd")
+
+
+@pytest.mark.parametrize("built, given", [("BSND", "BNSD"), ("BNSD", "BSND")])
+def test_rotary_embedding_wrong_layout_raises(built, given):
+    """q/k in the other layout (GQA: the head counts differ) raise an error naming both layouts
+    instead of rotating each head by its head index."""
+    b, s, hq, hk, d = 2, 10, 4, 2, 64
+    rope = tables.RotaryEmbedding(d, layout=built)
+    shape = (lambda h: (b, h, s, d)) if given == "BNSD" else (lambda h: (b, s, h, d))
+    q, k = torch.randn(shape(hq)), torch.randn(shape(hk))
+    with pytest.raises(ValueError, match="layout='BNSD'.*layout='BSND'"):
+        rope(q, k)
+    good = tables.RotaryEmbedding(d, layout=given)
+    qo, _ = good(q, k)
+    t = tables.rope_1d(s, d)
+    want = _apply(
+        q, tables.RopeTables(*(tables.for_layout(v, given) for v in (t.cos, t.sin)), t.mat)
+    )
+    assert torch.equal(qo, want)
+
+
+def test_rotary_embedding_positions_must_match_sequence_dim():
+    rope = tables.RotaryEmbedding(32, layout="BSND")
+    q = torch.randn(1, 6, 3, 32)  # BSND, S = 6
+    with pytest.raises(ValueError, match="positions \\[1, 3\\] has 3"):
+        rope(q, positions=torch.arange(3)[None])
+    with pytest.raises(ValueError, match="rank >= 3"):
+        rope(torch.randn(6, 32))
+
+
+# ---- HF transformers rope configs, against HF's own inverse frequencies ----------------------
+
+
+def _hf_config(rope_parameters, **kw):
+    T = pytest.importorskip("transformers")
+    base = {
+        "vocab_size": 32,
+        "hidden_size": 256,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 128,
+        "max_position_embeddings": 4096,
+    }
+    base.update(kw)
+    return T.LlamaConfig(rope_parameters=rope_parameters, **base)
+
+
+def _hf_inv(config, seq_len=None):
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    kind = config.rope_parameters["rope_type"]
+    if kind == "default":
+        from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+        return LlamaRotaryEmbedding.compute_default_rope_parameters(config)
+    return ROPE_INIT_FUNCTIONS[kind](config, None, seq_len=seq_len)
+
+
+_LONG = [1.0 + 0.05 * j for j in range(64)]
+_SHORT = [1.0 + 0.01 * j for j in range(64)]
+
+HF_ROPES = {
+    "default": ({"rope_type": "default", "rope_theta": 500000.0}, {}, [None]),
+    "linear": ({"rope_type": "linear", "factor": 4.0, "rope_theta": 1e6}, {}, [None]),
+    # dynamic as HF writes it: no original_max_position_embeddings (HF uses max_position_embeddings)
+    "dynamic": (
+        {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+        {},
+        [None, 100, 9000],
+    ),
+    "yarn": (
+        {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 1024,
+            "rope_theta": 1e6,
+        },
+        {},
+        [None],
+    ),
+    "yarn-mscale-untruncated": (
+        {
+            "rope_type": "yarn",
+            "factor": 40.0,
+            "original_max_position_embeddings": 4096,
+            "beta_fast": 32,
+            "beta_slow": 1,
+            "mscale": 1.0,
+            "mscale_all_dim": 0.707,
+            "truncate": False,
+            "rope_theta": 10000.0,
+        },
+        {"max_position_embeddings": 163840},
+        [None],
+    ),
+    "llama3": (
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+            "rope_theta": 500000.0,
+        },
+        {"max_position_embeddings": 131072},
+        [None],
+    ),
+    "longrope": (
+        {
+            "rope_type": "longrope",
+            "short_factor": _SHORT,
+            "long_factor": _LONG,
+            "original_max_position_embeddings": 4096,
+            "rope_theta": 10000.0,
+        },
+        {"max_position_embeddings": 131072},
+        [None, 4096, 5000],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(HF_ROPES))
+def test_hf_rope_configs_match_hf_inverse_frequencies(name):
+    params, kw, seq_lens = HF_ROPES[name]
+    config = _hf_config(dict(params), **kw)
+    scaling = tables.hf_rope_scaling(config)
+    head_dim, rotary_dim = tables.hf_rotary_dim(config)
+    assert (head_dim, rotary_dim) == (128, 128)
+    for seq_len in seq_lens:
+        want, want_attn = _hf_inv(config, seq_len)
+        inv, attn = tables.rope_inv_freq(rotary_dim, scaling=scaling, seq_len=seq_len)
+        # HF computes in float32 (powers, and YaRN's ramp with fractional bounds): a few ulps
+        torch.testing.assert_close(inv.float(), want, rtol=4e-6, atol=0)
+        assert attn == pytest.approx(want_attn, rel=1e-12)
+    # the raw dict, as HF writes it, works too when it carries what the rule needs
+    if "original_max_position_embeddings" in params or params["rope_type"] in ("default", "linear"):
+        inv, _ = tables.rope_inv_freq(
+            rotary_dim, scaling=params, max_position_embeddings=config.max_position_embeddings
+        )
+        torch.testing.assert_close(inv.float(), _hf_inv(config)[0], rtol=4e-6, atol=0)
+
+
+def test_hf_dynamic_without_original_needs_max_position_embeddings():
+    dyn = {"rope_type": "dynamic", "factor": 2.0}
+    with pytest.raises(ValueError, match="hf_rope_scaling"):
+        tables.rope_inv_freq(64, scaling=dyn, seq_len=100)
+    a, _ = tables.rope_inv_freq(64, scaling=dyn, seq_len=1000, max_position_embeddings=256)
+    b, _ = tables.rope_inv_freq(
+        64, 10000.0, {**dyn, "original_max_position_embeddings": 256}, seq_len=1000
+    )
+    assert torch.equal(a, b)
+
+
+def test_hf_rope_theta_inside_the_dict_and_legacy_rope_scaling():
+    """``rope_theta`` inside the mapping is the base (it wins over ``theta``); a 4.x config.json
+    (``rope_scaling`` + top-level ``rope_theta``) gives what HF builds from it."""
+    T = pytest.importorskip("transformers")
+    inv, _ = tables.rope_inv_freq(64, 10000.0, {"rope_type": "default", "rope_theta": 500.0})
+    torch.testing.assert_close(inv, _inv(64, 500.0))
+    legacy = {
+        "hidden_size": 128,
+        "num_attention_heads": 2,
+        "max_position_embeddings": 2048,
+        "rope_theta": 250000.0,
+        "rope_scaling": {"type": "linear", "factor": 2.0},
+    }
+    scaling = tables.hf_rope_scaling(legacy)
+    assert scaling["rope_type"] == "linear" and scaling["rope_theta"] == 250000.0
+    config = T.LlamaConfig(vocab_size=32, **legacy)
+    torch.testing.assert_close(
+        tables.rope_inv_freq(64, scaling=scaling)[0].float(), _hf_inv(config)[0], rtol=2e-6, atol=0
+    )
+
+
+def test_hf_partial_rotary_factor():
+    config = _hf_config(
+        {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}, partial_rotary_factor=0.5
+    )
+    assert tables.hf_rotary_dim(config) == (128, 64)
+    want, _ = _hf_inv(config)
+    got, _ = tables.rope_inv_freq(64, scaling=tables.hf_rope_scaling(config))
+    torch.testing.assert_close(got.float(), want, rtol=2e-6, atol=0)
+
+
+@pytest.mark.parametrize("name", ["llama3", "yarn", "longrope"])
+def test_rotary_embedding_from_hf_config_matches_hf_module(name):
+    """Tables of RotaryEmbedding.from_hf_config against the cos/sin of HF's own rotary module
+    (float32 angles in HF, float64 here)."""
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    params, kw, _ = HF_ROPES[name]
+    config = _hf_config(dict(params), **kw)
+    hf = LlamaRotaryEmbedding(config)
+    x = torch.zeros(1, dtype=torch.float32)
+    pos = torch.arange(48)[None]
+    cos, sin = hf(x, pos)
+    rope = tables.RotaryEmbedding.from_hf_config(config, layout="BNSD")
+    t = rope.tables(48)
+    torch.testing.assert_close(t.cos, cos[0], rtol=0, atol=2e-5)
+    torch.testing.assert_close(t.sin, sin[0], rtol=0, atol=2e-5)

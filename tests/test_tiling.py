@@ -172,3 +172,11 @@ def test_largest_d_is_served_and_one_more_is_refused(x_dtype, table_dtype, dmax)
     assert t["chunkRows"] == 1 and t["ubBytes"] <= UB_BUDGET
     with pytest.raises(ValueError, match=f"the largest D served with these dtypes is {dmax}"):
         twin.tiling(1, 16, 1, dmax + 1, x_dtype=x_dtype, table_dtype=table_dtype)
+
+
+@pytest.mark.parametrize(
+    "x_dtype,expected", [("bfloat16", "DT_BFLOAT16"), ("float16", "DT_FLOAT16"), ("float32", "DT_FLOAT")]
+)
+def test_matmul_tiled_as_x_dtype(x_dtype, expected):
+    # The host passes x's own type to MultiCoreMatmulTiling (fp16 is not tiled as bf16).
+    assert twin.tiling(2, 64, 4, 128, x_dtype=x_dtype, table_dtype=x_dtype)["cube"]["aType"] == expected

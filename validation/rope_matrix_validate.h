@@ -32,9 +32,21 @@ void check_rope_matrix_inputs(const char* op, const at::Tensor& x, const at::Ten
                               const at::Tensor& sin, const at::Tensor& cos,
                               const char* x_name = "x");
 
-// Extra checks for the in-place variant: x must be writable through every element exactly once and
-// must not share memory with y, sin or cos.
-void check_rope_matrix_inplace(const char* op, const at::Tensor& x, const at::Tensor& y,
+// Whether two elements of x are (partly) the same memory, decided exactly from x's sizes, strides
+// and element size (kTooMany: the layout is so irregular that deciding it would list more than
+// 2^24 offsets).
+enum class InternalOverlap { kNo, kYes, kTooMany };
+InternalOverlap internal_overlap(const at::Tensor& x);
+
+// Whether some byte of x is also a byte of t, decided exactly from their storages, offsets, sizes,
+// strides and element sizes (dims of stride 0 of t add no memory and are ignored).
+enum class SharedMemory { kNo, kYes, kTooMany };
+SharedMemory shared_memory(const at::Tensor& x, const at::Tensor& t);
+
+// Extra checks for the in-place variant: x must not overlap itself (any strides are fine
+// otherwise: packed-QKV views, strided slices) and must share no memory with mat, sin or cos
+// (which may be expanded or overlap themselves: they are only read).
+void check_rope_matrix_inplace(const char* op, const at::Tensor& x, const at::Tensor& mat,
                                const at::Tensor& sin, const at::Tensor& cos);
 
 }  // namespace npu_ops_transformer_ext

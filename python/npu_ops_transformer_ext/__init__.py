@@ -23,7 +23,16 @@ from .matrices import (
     is_signed_permutation,
 )
 from .ops import rope_matrix, rope_matrix_, rope_matrix_qk
-from .tables import RopeTables, RotaryEmbedding, rope_1d, rope_mrope, rope_nd
+from .tables import (
+    RopeTables,
+    RotaryEmbedding,
+    hf_rope_scaling,
+    rope_1d,
+    rope_inv_freq,
+    rope_mrope,
+    rope_nd,
+)
+from .transformers import patch_transformers, unpatch_transformers  # HF transformers drop-in
 
 __version__ = "0.1.0"
 
@@ -35,11 +44,15 @@ __all__ = [
     "get_interleave_half_matrix",
     "get_interleave_matrix",
     "get_quarter_matrix",
+    "hf_rope_scaling",
     "is_signed_permutation",
+    "patch_transformers",
     "rope_1d",
+    "rope_inv_freq",
     "rope_matrix",
     "rope_matrix_",
     "rope_matrix_qk",
     "rope_mrope",
     "rope_nd",
+    "unpatch_transformers",
 ]

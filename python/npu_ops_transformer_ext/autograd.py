@@ -1,5 +1,9 @@
 """Autograd for ``rope_matrix`` and ``rope_matrix_qk``; the grad rule of ``rope_matrix_``.
 
+The autograd kernels of ``rope_matrix`` and ``rope_matrix_qk`` are C++ (``rope_matrix_autograd.cpp``,
+so that a call needing no gradient never enters Python); the formulas below are theirs, and this
+module holds the x-gradient helper ops they call and the second derivatives.
+
 Forward: ``out = x * cos + (x @ y) * sin`` (``y`` is ``[D, D]``, ``sin``/``cos`` broadcast to x).
 
 Gradients, with ``g = dL/dout`` and ``sum_b`` the sum over the dimensions a table is broadcast on:
@@ -25,7 +29,11 @@ node that makes the choice at run time.
 itself (``rope_matrix(x, y, 1, 0)``) so it is the very ``x @ y`` of the forward (rounded to x's
 dtype, as the kernel rounds it). ``x`` is saved for backward only when y, sin or cos requires grad.
 
-Double backward is not supported (the helper ops have no autograd formula).
+**Second derivatives.** The helper ops have autograd formulas of their own, composed of the
+registered ops (the x-gradient of the x-gradient is the forward, ``rope_matrix(h, y, sin, cos)``;
+its table gradients are the forward's table gradients with x and g swapped), and the table
+gradients are differentiable torch ops; so double backward (and higher) is exact for x, y, sin
+and cos, for every matrix and table form.
 
 **In-place.** ``rope_matrix_`` is for inference. Its autograd kernel refuses an ``x`` that requires
 grad (in any grad mode) and, with grad mode on, a ``y``/``sin``/``cos`` that requires grad, with a
@@ -161,11 +169,12 @@ rope_matrix_qk_backward = _ops.rope_matrix_qk_backward
 
 
 def _table_grads(pairs, y, sin, cos, need_y, need_sin, need_cos):
-    """Sum of the y/sin/cos gradients over ``pairs`` = [(grad_out, x), ...]."""
+    """Sum of the y/sin/cos gradients over ``pairs`` = [(grad_out, x), ...] (a pair with a None is
+    skipped). Differentiable: composed of torch ops and the registered ``rope_matrix``."""
     d = y.shape[0]
     dy = dsin = dcos = None
     for g, x in pairs:
-        if g is None:
+        if g is None or x is None:
             continue
         acc = _acc_dtype(x.dtype)
         g_ = g.to(acc)
@@ -185,59 +194,71 @@ def _table_grads(pairs, y, sin, cos, need_y, need_sin, need_cos):
     return cast(dy, y), cast(dsin, sin), cast(dcos, cos)
 
 
-# ---- rope_matrix --------------------------------------------------------------------------------
+# ---- second derivatives: autograd of the backward helper ops -----------------------------------
+#
+# The x-gradient is the transpose of the forward: with F(x) = x*cos + (x@y)*sin (linear in x),
+# rope_matrix_backward(g) = F^T(g) = g*cos + (g*sin)@y^T. Differentiating <h, F^T(g)> = <F(h), g>:
+#   d/dg                = F(h) = rope_matrix(h, y, sin, cos)       (the forward op itself)
+#   d/dy, d/dsin, d/dcos = the forward's table gradients at x = h with upstream gradient g,
+# so the backward of the backward composes registered ops and differentiates again (any order).
 
 
-def _setup_context(ctx, inputs, output):
-    x, y, sin, cos = inputs
-    keep_x = y.requires_grad or sin.requires_grad or cos.requires_grad
-    ctx.save_for_backward(x if keep_x else None, y, sin, cos)
-
-
-def _backward(ctx, grad):
-    x, y, sin, cos = ctx.saved_tensors
-    need_x, need_y, need_sin, need_cos = ctx.needs_input_grad
-    dx = rope_matrix_backward(grad, y, sin, cos) if need_x else None
-    dy = dsin = dcos = None
-    if need_y or need_sin or need_cos:
-        dy, dsin, dcos = _table_grads([(grad, x)], y, sin, cos, need_y, need_sin, need_cos)
-    return dx, dy, dsin, dcos
-
-
-torch.library.register_autograd(f"{_NS}::rope_matrix", _backward, setup_context=_setup_context)
-
-
-# ---- rope_matrix_qk -----------------------------------------------------------------------------
-
-
-def _setup_context_qk(ctx, inputs, output):
-    q, k, y, sin, cos = inputs
+def _setup_context_bw(ctx, inputs, output):
+    grad, y, sin, cos = inputs
     keep = y.requires_grad or sin.requires_grad or cos.requires_grad
-    ctx.save_for_backward(q if keep else None, k if keep else None, y, sin, cos)
+    ctx.save_for_backward(grad if keep else None, y, sin, cos)
 
 
-def _backward_qk(ctx, grad_q, grad_k):
-    q, k, y, sin, cos = ctx.saved_tensors
-    need_q, need_k, need_y, need_sin, need_cos = ctx.needs_input_grad
-    dq = dk = None
-    if need_q and need_k and grad_q is not None and grad_k is not None:
-        dq, dk = rope_matrix_qk_backward(grad_q, grad_k, y, sin, cos)
-    else:
-        if need_q and grad_q is not None:
-            dq = rope_matrix_backward(grad_q, y, sin, cos)
-        if need_k and grad_k is not None:
-            dk = rope_matrix_backward(grad_k, y, sin, cos)
+def _backward_bw(ctx, h):
+    grad, y, sin, cos = ctx.saved_tensors
+    need_g, need_y, need_sin, need_cos = ctx.needs_input_grad
+    dg = _ops.rope_matrix(h, y, sin, cos) if need_g else None
     dy = dsin = dcos = None
     if need_y or need_sin or need_cos:
-        dy, dsin, dcos = _table_grads(
-            [(grad_q, q), (grad_k, k)], y, sin, cos, need_y, need_sin, need_cos
-        )
-    return dq, dk, dy, dsin, dcos
+        dy, dsin, dcos = _table_grads([(grad, h)], y, sin, cos, need_y, need_sin, need_cos)
+    return dg, dy, dsin, dcos
 
 
 torch.library.register_autograd(
-    f"{_NS}::rope_matrix_qk", _backward_qk, setup_context=_setup_context_qk
+    f"{_NS}::rope_matrix_backward", _backward_bw, setup_context=_setup_context_bw
 )
+
+
+def _setup_context_qk_bw(ctx, inputs, output):
+    grad_q, grad_k, y, sin, cos = inputs
+    keep = y.requires_grad or sin.requires_grad or cos.requires_grad
+    ctx.save_for_backward(grad_q if keep else None, grad_k if keep else None, y, sin, cos)
+
+
+def _backward_qk_bw(ctx, hq, hk):
+    grad_q, grad_k, y, sin, cos = ctx.saved_tensors
+    need_gq, need_gk, need_y, need_sin, need_cos = ctx.needs_input_grad
+    dgq = dgk = None
+    if need_gq and need_gk and hq is not None and hk is not None:
+        dgq, dgk = _ops.rope_matrix_qk(hq, hk, y, sin, cos)
+    else:
+        if need_gq and hq is not None:
+            dgq = _ops.rope_matrix(hq, y, sin, cos)
+        if need_gk and hk is not None:
+            dgk = _ops.rope_matrix(hk, y, sin, cos)
+    dy = dsin = dcos = None
+    if need_y or need_sin or need_cos:
+        dy, dsin, dcos = _table_grads(
+            [(grad_q, hq), (grad_k, hk)], y, sin, cos, need_y, need_sin, need_cos
+        )
+    return dgq, dgk, dy, dsin, dcos
+
+
+torch.library.register_autograd(
+    f"{_NS}::rope_matrix_qk_backward", _backward_qk_bw, setup_context=_setup_context_qk_bw
+)
+
+
+# ---- rope_matrix, rope_matrix_qk ----------------------------------------------------------------
+#
+# Their autograd is registered in C++ (rope_matrix_autograd.cpp, the same formulas as
+# ``_table_grads`` and the helper ops above): a call that needs no gradient goes straight to the
+# kernel without entering Python, which at decode sizes cost more than the kernel itself.
 
 
 # ---- rope_matrix_: refuse autograd, keep the version counter honest -----------------------------

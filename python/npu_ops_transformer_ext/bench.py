@@ -13,6 +13,10 @@ Providers (each computes the same result for the given mode):
     clone         ``x.clone()``: a same-size copy into a new tensor (the floor for any op that
                   returns a new tensor: it reads x, allocates and writes the output)
     copy_         ``out.copy_(x)`` into a preallocated tensor (pure read + write bandwidth)
+    rope_matrix_qk  the fused q/k call with k a copy of x (q + k bytes)
+    limit, limit_qk  the memory limit for x's (q + k's) bytes: a native copy with the tables read
+                  once (sweep.py); the ``/limit`` column divides by it
+    --sweep       runs ``python -m npu_ops_transformer_ext.sweep`` with the other options instead
 
 Prints a table and writes a long-format CSV (one row per mode and provider): median and p20/p80
 in ms, achieved GB/s (x read + output written + tables read once), ratios to ``clone`` and
@@ -26,11 +30,15 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 
 import torch
 
-from . import ops  # noqa: F401  (registers the op)
+from . import (
+    ops,  # noqa: F401  (registers the op)
+    sweep,
+)
 from .reference import mode_matrix, rope_v1, rope_v3
 
 MODES = {
@@ -39,8 +47,9 @@ MODES = {
     "3d": ("half", [44, 44, 40]),
     "dense": (None, [128]),
 }
-FAST = ("rope_matrix", "rope_matrix_nocache", "clone", "copy_")
-PROVIDERS = ["rope_matrix", "rope_matrix_nocache", "eager_v1", "eager_v3", "compile_v1", "clone", "copy_"]
+FAST = ("rope_matrix", "rope_matrix_nocache", "clone", "copy_", "rope_matrix_qk", "limit", "limit_qk")
+PROVIDERS = ["rope_matrix", "rope_matrix_nocache", "eager_v1", "eager_v3", "compile_v1", "clone", "copy_",
+             "rope_matrix_qk", "limit", "limit_qk"]  # limit*: the memory limit, see sweep.py
 
 
 def _cpu_model() -> str:
@@ -105,6 +114,7 @@ def _providers(mode_name, x, y, sin, cos, sections, rot_mode):
         "eager_v3": lambda: rope_v3(x, sin, cos, y, compute_dtype=None),
         "clone": lambda: x.clone(),
         "copy_": lambda: out.copy_(x),
+        **sweep.bench_providers(x, y, sin, cos),
     }
     if rot_mode is not None:
         fns["eager_v1"] = lambda: rope_v1(x, sin, cos, rot_mode, sections, compute_dtype=None)
@@ -119,8 +129,6 @@ def run(shape, dtype, modes, providers, warmup, iters, csv_path):
     x = torch.randn(b, n, s, d, generator=g).to(dtype)
     sin = torch.randn(1, 1, s, d, generator=g).to(dtype)
     cos = torch.randn(1, 1, s, d, generator=g).to(dtype)
-    elem = x.element_size()
-    moved = 2 * x.numel() * elem + 2 * sin.numel() * elem
     meta = {
         "torch": torch.__version__, "git": _git_sha(), "cpu": _cpu_model(), "threads": torch.get_num_threads(),
         "dtype": str(dtype).replace("torch.", ""), "shape": "x".join(map(str, shape)), "layout": "BNSD",
@@ -145,19 +153,20 @@ def run(shape, dtype, modes, providers, warmup, iters, csv_path):
         for p, (med, p20, p80) in results.items():
             row = {
                 "op": "rope_matrix", "mode": mode_name, "provider": p, "median_ms": _sig(med),
-                "p20_ms": _sig(p20), "p80_ms": _sig(p80), "gbps": _sig(moved / med / 1e6),
+                "p20_ms": _sig(p20), "p80_ms": _sig(p80), "gbps": _sig(sweep.moved_bytes(p, x, (sin, cos)) / med / 1e6),
+                "x_limit": _sig(med / results[sweep.limit_of(p)][0], 3) if sweep.limit_of(p) in results else "",
                 "x_clone": _sig(med / results["clone"][0], 3) if "clone" in results else "",
                 "x_copy": _sig(med / results["copy_"][0], 3) if "copy_" in results else "",
                 **meta,
             }
             rows.append(row)
-    header = f"{'mode':<11}{'provider':<21}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}"
+    header = f"{'mode':<11}{'provider':<21}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}{'/limit':>8}"
     print(f"rope_matrix benchmark: x {list(shape)} {meta['dtype']} BNSD, tables [1,1,S,D]; "
           f"{meta['cpu']}, {meta['threads']} threads, torch {meta['torch']}, git {meta['git']}")
     print(header)
     for r in rows:
         print(f"{r['mode']:<11}{r['provider']:<21}{r['median_ms']:>10.2f}{r['p20_ms']:>8.2f}{r['p80_ms']:>8.2f}"
-              f"{r['gbps']:>8.3g}{r['x_clone']!s:>8}{r['x_copy']!s:>8}")
+              f"{r['gbps']:>8.3g}{r['x_clone']!s:>8}{r['x_copy']!s:>8}{r['x_limit']!s:>8}")
     if csv_path:
         os.makedirs(os.path.dirname(os.path.abspath(csv_path)), exist_ok=True)
         with open(csv_path, "w", newline="") as f:
@@ -175,6 +184,9 @@ def _sig(value, digits=4):
 
 
 def main(argv=None):
+    args = sys.argv[1:] if argv is None else list(argv)
+    if "--sweep" in args:  # the size sweep against the memory limit (sweep.py has its own options)
+        return sweep.main([v for v in args if v != "--sweep"])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default="1,24,8192,128", help="B,N,S,D (BNSD)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])

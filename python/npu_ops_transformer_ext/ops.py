@@ -47,9 +47,11 @@ def rope_matrix_qk(q, k, mat, sin, cos):
 def rope_matrix_(x, mat, sin, cos) -> None:
     """In-place ``rope_matrix``: ``x <- x * cos + (x @ mat) * sin``, same numerics; returns None.
 
-    For inference: saves the output allocation. Refuses a tensor that requires grad (autograd needs
-    the original x), an x with internally overlapping memory, and an x sharing memory with
-    mat/sin/cos.
+    For inference: saves the output allocation. x may have any layout that does not overlap
+    itself (packed-QKV views such as ``qkv[:, :, 0]``, strided slices, transposes); it must share
+    no memory with mat, sin or cos (those may be expanded views: they are only read). Both are
+    decided exactly from storages, offsets and strides; a refusal says which rule failed. Refuses
+    a tensor that requires grad (autograd needs the original x).
     """
     torch.ops.npu_ops_transformer_ext.rope_matrix_(x, mat, sin, cos)
 
@@ -127,6 +129,49 @@ def _rope_matrix_qk_fake(q, k, y, sin, cos):
     )
 
 
+def _concrete(*vals) -> bool:
+    return all(isinstance(v, int) for v in vals)
+
+
+def _overlaps_itself(x) -> bool | None:
+    """Python mirror of ``internal_overlap`` (validation/): True/False, None when undecidable here
+    (symbolic sizes) or too large to list (eager decides)."""
+    sizes, strides = list(x.shape), list(x.stride())
+    if not _concrete(*sizes, *strides):
+        return None
+    dims = sorted(((n, st) for n, st in zip(sizes, strides) if n > 1), key=lambda d: -d[1])
+    if dims and dims[-1][1] == 0:
+        return True
+    while len(dims) > 1 and dims[0][1] > sum((n - 1) * st for n, st in dims[1:]):
+        dims.pop(0)
+    if len(dims) <= 1:
+        return False
+    count = 1
+    for n, _ in dims:
+        count *= n
+    if count > 1 << 20:
+        return None
+    offs = {0}
+    for n, st in dims:
+        new = {o + i * st for o in offs for i in range(n)}
+        if len(new) < len(offs) * n:
+            return True
+        offs = new
+    return False
+
+
+def check_inplace(op: str, x) -> None:
+    """The in-place checks the fake kernel can make: x must not overlap itself. (Whether x shares
+    memory with mat, sin or cos is decided on the real tensors, by every backend.)"""
+    torch._check_value(
+        _overlaps_itself(x) is not True,
+        lambda: f"{op}: x overlaps itself (two of its elements are the same memory, e.g. an expanded "
+        f"tensor, strides {tuple(x.stride())} for shape {list(x.shape)}), so it cannot be updated in "
+        "place; use the out-of-place rope_matrix, or x.contiguous() first",
+    )
+
+
 @torch.library.register_fake(f"{_NS}::rope_matrix_")
 def _rope_matrix_inplace_fake(x, y, sin, cos):
     check_inputs("rope_matrix_", x, y, sin, cos)
+    check_inplace("rope_matrix_", x)

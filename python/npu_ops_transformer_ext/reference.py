@@ -8,7 +8,8 @@ The ``v1``/``v2``/``v3`` functions are the original operator's script versions (
 for any number of RoPE axes: v1 rearranges elements (split, rotate_half or rotate_every_two,
 concat), v2 multiplies each axis by its own rotate matrix, v3 multiplies once by the composed
 matrix. With ``compute_dtype=torch.float32`` (the default) they also round once, so for a signed
-permutation all of them equal ``rope_matrix_reference`` and the operator bit for bit; with
+permutation and finite x all of them equal ``rope_matrix_reference`` and the operator bit for bit
+(v2/v3 multiply, so a non-finite x spreads through ``Inf * 0`` and -0 can become +0); with
 ``compute_dtype=None`` they compute in x.dtype, rounding after every op, as the seed script did.
 """
 from __future__ import annotations
@@ -32,10 +33,12 @@ __all__ = [
     "rope_v1",
     "rope_v2",
     "rope_v3",
+    "rotate_by_matrix",
     "rotate_every_two",
     "rotate_half",
     "rotate_interleave_half",
     "rotate_quarter",
+    "signed_permutation_columns",
 ]
 
 MODES = ("half", "interleave", "quarter", "interleave-half")
@@ -45,16 +48,69 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def signed_permutation_columns(y: torch.Tensor):
+    """``(src, neg, live)`` for a (partial) signed permutation ``y``, or None for any other y.
+
+    A (partial) signed permutation has entries in {-1, 0, +1} and at most one non-zero in each row
+    and each column. Then ``(x @ y)[..., j] = -x[..., src[j]]`` where ``neg[j]``, ``+x[..., src[j]]``
+    otherwise, and ``+0`` for an all-zero column (``live[j]`` False). Reads y on the host.
+    """
+    if y.dim() != 2 or y.size(0) != y.size(1):
+        return None
+    m = y.detach().to("cpu", torch.float64)
+    nz = m != 0
+    if not bool(torch.all(~nz | (m == 1) | (m == -1))):
+        return None  # includes NaN entries
+    if bool(torch.any(nz.sum(0) > 1)) or bool(torch.any(nz.sum(1) > 1)):
+        return None
+    live = nz.any(0)
+    src = torch.where(live, nz.to(torch.int8).argmax(0), 0)
+    neg = (m.gather(0, src.unsqueeze(0)).squeeze(0) < 0) & live
+    return src.to(y.device), neg.to(y.device), live.to(y.device)
+
+
+def rotate_by_matrix(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``x @ y`` as the contract defines it, in x's dtype (x already in the compute dtype).
+
+    * ``y`` a (partial) signed permutation: an exact move and negation of elements, not a matmul.
+      Every value reaches only its partner column: Inf stays Inf, -0 stays -0, a NaN reaches only its
+      partner; an all-zero column gives +0.
+    * any other ``y``: ``torch.matmul``, IEEE arithmetic with round to nearest even and no flush of
+      subnormals. A non-finite element of a row spreads to that row's whole product (``Inf * 0`` is
+      NaN), the sign of an exactly-zero sum is not specified (``-0 + +0 = +0``) and the order of
+      accumulation is not specified, so backends agree within the dtype's rounding, not bit for bit.
+    """
+    return _rotate(x, y, signed_permutation_columns(y))
+
+
+def _rotate(x: torch.Tensor, y: torch.Tensor, cols) -> torch.Tensor:
+    if cols is None:
+        return x @ y.to(x.dtype)
+    src, neg, live = cols
+    moved = x.index_select(-1, src)
+    if bool(neg.any()):
+        # times -1: an exact negation of every value (+-0, +-Inf and subnormals included)
+        moved.mul_(torch.where(neg, -1.0, 1.0).to(x.dtype))
+    if not bool(live.all()):
+        moved.masked_fill_(~live, 0.0)
+    return moved
+
+
 def rope_matrix_reference(x: torch.Tensor, y: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
     """The contract in plain torch: ``x*cos + (x@y)*sin`` in fp32, rounded once to x.dtype.
 
-    ``x @ y`` is accumulated in fp32 and rounded to x.dtype before the elementwise step (the NPU cube
-    writes x.dtype to its workspace); for a signed permutation that rounding changes nothing. The
-    three elementwise ops are separate torch ops, so no fused multiply-add is involved.
+    ``x @ y`` is :func:`rotate_by_matrix`: for a (partial) signed permutation an exact move and
+    negation of elements (so Inf, -0 and NaN stay where the permutation puts them); for a dense y a
+    matmul accumulated in fp32 (fp64 for fp64 x) and rounded to x.dtype before the elementwise step
+    (the NPU cube writes x.dtype to its workspace). The three elementwise ops are separate torch
+    ops, so no fused multiply-add is involved; IEEE arithmetic throughout, subnormals kept.
     """
     c = _compute_dtype(x.dtype)
     xf = x.to(c)
-    xy = (xf @ y.to(c)).to(x.dtype).to(c)
+    cols = signed_permutation_columns(y)
+    xy = _rotate(xf, y.to(c), cols)
+    if cols is None:
+        xy = xy.to(x.dtype).to(c)  # (a moved element of x is already exact in x.dtype)
     return (xf * cos.to(c) + xy * sin.to(c)).to(x.dtype)
 
 

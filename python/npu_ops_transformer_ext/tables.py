@@ -28,7 +28,6 @@ partial signed permutation).
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -36,6 +35,7 @@ import torch
 from torch import Tensor
 
 from .matrices import compose_matrix, get_half_matrix, get_interleave_matrix
+from .ops import rope_matrix, rope_matrix_qk
 
 __all__ = [
     "FLUX_SPLIT",
@@ -47,6 +47,8 @@ __all__ = [
     "RotaryEmbedding",
     "for_layout",
     "grid_positions",
+    "hf_rope_scaling",
+    "hf_rotary_dim",
     "rope_1d",
     "rope_inv_freq",
     "rope_mrope",
@@ -93,92 +95,199 @@ def _get(scaling: Mapping, *names, default=None):
     return default
 
 
+_KINDS = ("default", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
+
+
+def _kind(scaling: Mapping | None) -> str:
+    return "default" if scaling is None else _get(scaling, "rope_type", "type", default="default")
+
+
 def rope_inv_freq(
     dim: int,
     theta: float = 10000.0,
     scaling: Mapping | None = None,
     *,
     seq_len: int | None = None,
+    max_position_embeddings: int | None = None,
     dtype: torch.dtype = torch.float64,
 ):
     """Inverse frequencies ``[dim // 2]`` on the CPU and the attention factor: ``(inv_freq, attn)``.
 
-    ``inv_freq[j] = 1 / theta ** (2j / dim)``; ``attn`` multiplies cos and sin (1 except for YaRN).
-    ``scaling`` is None or a mapping with ``"type"`` (or HF's ``"rope_type"``) and ``"factor"``:
+    ``inv_freq[j] = 1 / theta ** (2j / dim)``; ``attn`` multiplies cos and sin (1 except for YaRN
+    and LongRoPE). ``scaling`` is None or a mapping as HF writes ``rope_parameters`` /
+    ``rope_scaling``: ``"rope_type"`` (or ``"type"``), ``"factor"``, and ``"rope_theta"``, which
+    when present is the base and wins over ``theta``. ``L`` below is
+    ``original_max_position_embeddings`` from the mapping, else ``max_position_embeddings``.
+    ``hf_rope_scaling(config)`` fills in what HF takes from the config.
 
+    * ``default``: no scaling.
     * ``linear`` (position interpolation): ``inv_freq / factor``.
     * ``ntk`` (NTK-aware, static): ``theta' = theta * factor ** (dim / (dim - 2))``.
-    * ``dynamic`` (dynamic NTK): with ``L = original_max_position_embeddings`` and ``seq_len > L``,
+    * ``dynamic`` (dynamic NTK): for ``seq_len > L``,
       ``theta' = theta * (factor * seq_len / L - (factor - 1)) ** (dim / (dim - 2))``; unchanged
-      for ``seq_len <= L``.
-    * ``yarn``: ``beta_fast`` (32), ``beta_slow`` (1), ``L``. With
-      ``c(r) = dim * ln(L / (2 pi r)) / (2 ln theta)``, ``lo = max(floor(c(beta_fast)), 0)``,
-      ``hi = min(ceil(c(beta_slow)), dim - 1)`` and ``ramp[j] = clamp((j - lo) / (hi - lo), 0, 1)``
+      for ``seq_len <= L``. (HF's L is ``config.max_position_embeddings``.)
+    * ``yarn``: ``beta_fast`` (32), ``beta_slow`` (1), ``truncate`` (True), ``factor`` (default
+      ``max_position_embeddings / L``). With ``c(r) = dim * ln(L / (2 pi r)) / (2 ln theta)``,
+      ``lo = max(floor(c(beta_fast)), 0)``, ``hi = min(ceil(c(beta_slow)), dim - 1)`` (no
+      floor/ceil when ``truncate`` is False) and ``ramp[j] = clamp((j - lo) / (hi - lo), 0, 1)``
       (``hi += 0.001`` when equal): ``inv_freq = base/factor * ramp + base * (1 - ramp)``.
-      ``attn = attention_factor`` if given, else ``0.1 * ln(factor) + 1`` (1 for factor <= 1).
-    * ``llama3``: ``low_freq_factor`` (1), ``high_freq_factor`` (4), ``L`` (8192). With wavelength
-      ``w = 2 pi / inv_freq``: ``w < L / high`` keeps ``inv_freq``; ``w > L / low`` uses
-      ``inv_freq / factor``; in between ``s = (L / w - low) / (high - low)`` and
+      ``attn = attention_factor`` if given, else with ``m(s, k) = 0.1 * k * ln(s) + 1`` (1 for
+      ``s <= 1``): ``m(factor, mscale) / m(factor, mscale_all_dim)`` when both are given, else
+      ``m(factor, 1)``.
+    * ``llama3``: ``low_freq_factor`` (1), ``high_freq_factor`` (4), ``L`` (8192 when absent).
+      With wavelength ``w = 2 pi / inv_freq``: ``w < L / high`` keeps ``inv_freq``; ``w > L / low``
+      uses ``inv_freq / factor``; in between ``s = (L / w - low) / (high - low)`` and
       ``inv_freq = (1 - s) * inv_freq / factor + s * inv_freq``.
+    * ``longrope`` (Phi-3): ``inv_freq / ext`` with ``ext = long_factor`` (a list of ``dim // 2``)
+      when ``seq_len > L``, else ``short_factor``. ``attn = attention_factor`` if given, else
+      ``sqrt(1 + ln(factor) / ln(L))`` (1 for ``factor <= 1``), ``factor`` defaulting to
+      ``max_position_embeddings / L``.
     """
     if dim <= 0 or dim % 2:
         raise ValueError(f"rope_inv_freq: dim must be a positive even number, got {dim}")
     idx = torch.arange(0, dim, 2, dtype=dtype)
     attn = 1.0
-    kind = None if scaling is None else _get(scaling, "type", "rope_type")
-    factor = 1.0 if scaling is None else float(_get(scaling, "factor", default=1.0))
+    kind = _kind(scaling)
+    if kind not in _KINDS:
+        raise ValueError(
+            f"rope_inv_freq: unknown scaling type {kind!r}; expected one of {', '.join(_KINDS)}"
+        )
+    if scaling is not None:
+        theta = float(_get(scaling, "rope_theta", default=theta))
     orig = None if scaling is None else _get(scaling, "original_max_position_embeddings")
-    if kind in (None, "default"):
-        base = theta
-    elif kind == "ntk":
-        base = theta * factor ** (dim / (dim - 2))
-    elif kind == "dynamic":
+    orig = max_position_embeddings if orig is None else orig
+    factor = None if scaling is None else _get(scaling, "factor")
+    if factor is None and kind in ("yarn", "longrope") and orig and max_position_embeddings:
+        factor = max_position_embeddings / orig
+    factor = 1.0 if factor is None else float(factor)
+
+    def need_orig():
         if orig is None:
             raise ValueError(
-                "rope_inv_freq: dynamic scaling needs original_max_position_embeddings"
+                f"rope_inv_freq: {kind} scaling needs original_max_position_embeddings in the "
+                f"mapping or max_position_embeddings= (hf_rope_scaling(config) fills it in)"
             )
-        base = theta
-        if seq_len is not None and seq_len > orig:
-            base = theta * (factor * seq_len / orig - (factor - 1)) ** (dim / (dim - 2))
-    elif kind in ("linear", "yarn", "llama3"):
-        base = theta
-    else:
-        raise ValueError(
-            f"rope_inv_freq: unknown scaling type {kind!r}; expected linear, ntk, dynamic, yarn or llama3"
-        )
+        return float(orig)
+
+    base = theta
+    if kind == "ntk":
+        base = theta * factor ** (dim / (dim - 2))
+    elif kind == "dynamic":
+        L = need_orig()
+        if seq_len is not None and seq_len > L:
+            base = theta * (factor * seq_len / L - (factor - 1)) ** (dim / (dim - 2))
     inv = 1.0 / (base ** (idx / dim))
     if kind == "linear":
         inv = inv / factor
     elif kind == "yarn":
-        if orig is None:
-            raise ValueError("rope_inv_freq: yarn scaling needs original_max_position_embeddings")
+        L = need_orig()
         beta_fast = float(_get(scaling, "beta_fast", default=32.0))
         beta_slow = float(_get(scaling, "beta_slow", default=1.0))
+        truncate = bool(_get(scaling, "truncate", default=True))
 
         def corr(r):
-            return dim * math.log(orig / (r * 2 * math.pi)) / (2 * math.log(theta))
+            return dim * math.log(L / (r * 2 * math.pi)) / (2 * math.log(theta))
 
-        lo = max(math.floor(corr(beta_fast)), 0)
-        hi = min(math.ceil(corr(beta_slow)), dim - 1)
+        lo, hi = corr(beta_fast), corr(beta_slow)
+        if truncate:
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, dim - 1)
         if hi == lo:
             hi += 0.001
         ramp = ((torch.arange(dim // 2, dtype=dtype) - lo) / (hi - lo)).clamp(0, 1)
         inv = inv / factor * ramp + inv * (1 - ramp)
         af = _get(scaling, "attention_factor")
-        attn = (
-            float(af) if af is not None else (0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
-        )
+        if af is not None:
+            attn = float(af)
+        else:
+
+            def m(s, k=1.0):
+                return 0.1 * k * math.log(s) + 1.0 if s > 1 else 1.0
+
+            ms, msa = _get(scaling, "mscale"), _get(scaling, "mscale_all_dim")
+            attn = m(factor, ms) / m(factor, msa) if ms and msa else m(factor)
     elif kind == "llama3":
-        orig = 8192 if orig is None else orig
+        L = 8192.0 if orig is None else float(orig)
         low = float(_get(scaling, "low_freq_factor", default=1.0))
         high = float(_get(scaling, "high_freq_factor", default=4.0))
         wavelen = 2 * math.pi / inv
-        smooth = ((orig / wavelen - low) / (high - low)).clamp(0, 1)
+        smooth = ((L / wavelen - low) / (high - low)).clamp(0, 1)
         mid = (1 - smooth) * inv / factor + smooth * inv
         inv = torch.where(
-            wavelen < orig / high, inv, torch.where(wavelen > orig / low, inv / factor, mid)
+            wavelen < L / high, inv, torch.where(wavelen > L / low, inv / factor, mid)
         )
+    elif kind == "longrope":
+        L = need_orig()
+        key = "long_factor" if seq_len is not None and seq_len > L else "short_factor"
+        ext = torch.tensor(list(_get(scaling, key, default=())), dtype=dtype)
+        if ext.shape != inv.shape:
+            raise ValueError(
+                f"rope_inv_freq: longrope {key} must have dim // 2 = {dim // 2} entries, got "
+                f"{ext.numel()}"
+            )
+        inv = inv / ext
+        af = _get(scaling, "attention_factor")
+        if af is not None:
+            attn = float(af)
+        else:
+            attn = math.sqrt(1 + math.log(factor) / math.log(L)) if factor > 1 else 1.0
     return inv, attn
+
+
+def _cfg(config, name: str, default=None):
+    if isinstance(config, Mapping):
+        v = config.get(name, default)
+    else:
+        v = getattr(config, name, default)
+    return default if v is None else v
+
+
+def hf_rope_scaling(config) -> dict:
+    """The scaling mapping of a HF transformers config, complete: what ``rope_inv_freq``,
+    ``rope_1d`` and ``RotaryEmbedding`` take as ``scaling`` to build HF's own frequencies.
+
+    ``config``: a ``PretrainedConfig`` or its ``config.json`` as a dict; transformers 5
+    ``rope_parameters`` or 4.x ``rope_scaling`` + ``rope_theta``. The result is a copy of those
+    parameters with ``rope_type``, ``rope_theta`` and what HF reads from elsewhere in the config:
+    ``original_max_position_embeddings`` (for dynamic HF's ``max_position_embeddings``; for yarn,
+    llama3 and longrope the config's own ``original_max_position_embeddings`` first, as HF does),
+    and ``factor`` for yarn and longrope when HF derives it (``max_position_embeddings / L``). The
+    rotated dim is ``hf_rotary_dim(config)``.
+    """
+    rp = _cfg(config, "rope_parameters") or _cfg(config, "rope_scaling") or {}
+    if any(isinstance(v, Mapping) for v in rp.values()):
+        raise ValueError(
+            "hf_rope_scaling: this config has per-layer-type rope parameters "
+            f"({', '.join(k for k, v in rp.items() if isinstance(v, Mapping))}); pass a config "
+            "view with one of them as rope_parameters"
+        )
+    out = dict(rp)
+    kind = _get(out, "rope_type", "type", default="default")
+    out.pop("type", None)
+    out["rope_type"] = kind
+    out["rope_theta"] = float(_get(out, "rope_theta", default=_cfg(config, "rope_theta", 10000.0)))
+    max_pos = _cfg(config, "max_position_embeddings")
+    if kind == "dynamic":
+        out["original_max_position_embeddings"] = max_pos
+    elif kind in ("yarn", "llama3", "longrope"):
+        orig = _cfg(config, "original_max_position_embeddings")
+        if orig is None:
+            orig = _get(out, "original_max_position_embeddings", default=max_pos)
+        out["original_max_position_embeddings"] = orig
+        if kind in ("yarn", "longrope") and _get(out, "factor") is None and max_pos and orig:
+            out["factor"] = max_pos / orig
+    return out
+
+
+def hf_rotary_dim(config) -> tuple:
+    """``(head_dim, rotary_dim)`` of a HF config: ``head_dim`` (else ``hidden_size //
+    num_attention_heads``) and ``int(head_dim * partial_rotary_factor)``."""
+    head_dim = _cfg(config, "head_dim") or _cfg(config, "hidden_size") // _cfg(
+        config, "num_attention_heads"
+    )
+    rp = _cfg(config, "rope_parameters") or _cfg(config, "rope_scaling") or {}
+    prf = _get(rp, "partial_rotary_factor", default=_cfg(config, "partial_rotary_factor", 1.0))
+    return int(head_dim), int(head_dim * float(prf))
 
 
 # ---- matrices and pair layouts -----------------------------------------------------------------
@@ -237,8 +346,9 @@ def _positions(positions, offset, dtype) -> Tensor:
 
 
 def _seq_len(pos: Tensor, scaling) -> int | None:
-    """Largest position + 1, read only for dynamic NTK (a host read; the other rules need none)."""
-    if scaling is None or _get(scaling, "type", "rope_type") != "dynamic" or not pos.numel():
+    """Largest position + 1, read only for dynamic NTK and LongRoPE (a host read; the other rules
+    need none)."""
+    if _kind(scaling) not in ("dynamic", "longrope") or not pos.numel():
         return None
     return int(pos.max().item()) + 1
 
@@ -265,7 +375,7 @@ def rope_1d(
     ``positions``: an int S (positions ``offset .. offset + S - 1``) or a tensor ``[..., S]`` of
     positions (per batch, packed sequences, ...). ``rotary_dim`` (default ``head_dim``): only the
     first ``rotary_dim`` dims rotate, the rest pass through. ``scaling``: see ``rope_inv_freq``
-    (``seq_len`` for dynamic NTK is the largest position + 1).
+    (``seq_len`` for dynamic NTK and LongRoPE is the largest position + 1).
     """
     _check_mode(mode)
     r = head_dim if rotary_dim is None else rotary_dim
@@ -429,13 +539,17 @@ def for_layout(t: Tensor, layout: str) -> Tensor:
 
 
 class RotaryEmbedding(torch.nn.Module):
-    """1D RoPE with cached tables: builds cos/sin once per (S, offset, device, dtype) and applies
-    ``rope_matrix_qk``.
+    """1D RoPE with cached tables, applied with ``rope_matrix_qk``: ``rope(q, k) -> (q_out, k_out)``.
+
+    ``layout`` is required and never guessed: ``"BNSD"`` for q/k ``[B, N, S, D]`` (HF transformers
+    after its ``transpose(1, 2)``), ``"BSND"`` for ``[B, S, N, D]`` (flash-attn, most fused LLM code);
+    ``"SBND"``, ``"TND"`` and ``"SD"`` are accepted too. A q/k pair whose sequence dims disagree, or
+    ``positions`` whose length is not q's sequence length, raises a ``ValueError`` naming both
+    layouts, since that is what a q/k in the other layout looks like.
 
     Tables are kept out of the module's buffers on purpose: ``model.to(torch.bfloat16)`` must not
     round them (they are float32 unless ``table_dtype`` says otherwise). ``forward(q, k)`` rotates
-    q and k (``[..., S, ..., D]`` in ``layout``); pass ``offset`` (KV cache) or per-token
-    ``positions`` (``[S]`` or ``[B, S]``; not cached).
+    q and k; pass ``offset`` (KV cache) or per-token ``positions`` (``[S]`` or ``[B, S]``).
 
         rope = RotaryEmbedding(128, theta=1e6, mode="half", layout="BSND",
                                scaling={"type": "yarn", "factor": 4.0,
@@ -447,23 +561,44 @@ class RotaryEmbedding(torch.nn.Module):
         self,
         head_dim: int,
         *,
+        layout: str,
         rotary_dim: int | None = None,
         theta: float = 10000.0,
         mode: str = "half",
         scaling: Mapping | None = None,
-        layout: str = "BNSD",
         freqs_dtype: torch.dtype = torch.float64,
         table_dtype: torch.dtype = torch.float32,
-        max_cached: int = 8,
     ):
         super().__init__()
         _check_mode(mode)
         if layout not in _SEQ_DIM:
-            raise ValueError(f"layout must be one of {sorted(_SEQ_DIM)}, got {layout!r}")
+            raise ValueError(
+                f"RotaryEmbedding: layout must be one of {sorted(_SEQ_DIM)} (BNSD for q [B, N, S, D], "
+                f"BSND for q [B, S, N, D]), got {layout!r}"
+            )
         self.head_dim, self.rotary_dim, self.theta, self.mode = head_dim, rotary_dim, theta, mode
         self.scaling, self.layout = scaling, layout
-        self.freqs_dtype, self.table_dtype, self.max_cached = freqs_dtype, table_dtype, max_cached
-        self._cache: OrderedDict[tuple, RopeTables] = OrderedDict()
+        self.freqs_dtype, self.table_dtype = freqs_dtype, table_dtype
+        # (device, dtype, regime) -> (tables [L, D] for positions 0 .. L-1, cos and sin viewed for
+        # the layout); L grows geometrically (see tables())
+        self._cache: dict[tuple, tuple] = {}
+
+    @classmethod
+    def from_hf_config(cls, config, *, layout: str, **kwargs) -> RotaryEmbedding:
+        """The RoPE of a HF transformers config (half mode): ``head_dim`` and ``rotary_dim`` from
+        ``hf_rotary_dim``, theta and scaling from ``hf_rope_scaling``. ``layout`` as for the
+        constructor ("BNSD" for q/k as HF's attention holds them)."""
+        head_dim, rotary_dim = hf_rotary_dim(config)
+        scaling = hf_rope_scaling(config)
+        return cls(
+            head_dim,
+            layout=layout,
+            rotary_dim=rotary_dim,
+            theta=scaling["rope_theta"],
+            mode="half",
+            scaling=scaling,
+            **kwargs,
+        )
 
     def extra_repr(self) -> str:
         return (
@@ -485,21 +620,76 @@ class RotaryEmbedding(torch.nn.Module):
             device=device,
         )
 
-    def tables(self, seq_len: int, *, offset: int = 0, device=None) -> RopeTables:
-        """Cached ``RopeTables`` for positions ``offset .. offset + seq_len - 1``, viewed for the
-        layout (e.g. ``[S, 1, D]`` for BSND)."""
-        device = torch.device("cpu") if device is None else torch.device(device)
-        key = (int(seq_len), int(offset), device, self.table_dtype)
+    def _regime(self, end: int):
+        """``(name, capacity limit)`` of the positions ``0 .. end - 1``: tables built for any
+        length up to the limit agree on every position, so they can be cached and sliced; None
+        when they cannot (dynamic NTK past L: the frequencies depend on the sequence length)."""
+        kind = _kind(self.scaling)
+        if kind not in ("dynamic", "longrope"):
+            return ("all", None)
+        L = _get(self.scaling, "original_max_position_embeddings")
+        if L is None:
+            return None  # rope_inv_freq raises the error that says what is missing
+        if end <= L:
+            return ("short", int(L))
+        return ("long", None) if kind == "longrope" else None
+
+    def _full(self, end: int, device: torch.device):
+        """``(tables [L, D], cos, sin viewed for the layout)`` cached with ``L >= end``, or None
+        when they cannot be cached."""
+        reg = self._regime(end)
+        if reg is None:
+            return None
+        key = (device, self.table_dtype, reg[0])
         hit = self._cache.get(key)
-        if hit is None:
-            t = self._build(int(seq_len), int(offset), device)
-            hit = RopeTables(for_layout(t.cos, self.layout), for_layout(t.sin, self.layout), t.mat)
+        have = 0 if hit is None else hit[0].cos.shape[0]
+        if have < end:
+            n = max(end, 2 * have)
+            if reg[1] is not None:
+                n = min(n, reg[1])
+            t = self._build(n, 0, device)
+            hit = (t, for_layout(t.cos, self.layout), for_layout(t.sin, self.layout))
             self._cache[key] = hit
-            while len(self._cache) > self.max_cached:
-                self._cache.popitem(last=False)
-        else:
-            self._cache.move_to_end(key)
         return hit
+
+    def tables(self, seq_len: int, *, offset: int = 0, device=None) -> RopeTables:
+        """``RopeTables`` for positions ``offset .. offset + seq_len - 1``, viewed for the layout
+        (e.g. ``[S, 1, D]`` for BSND).
+
+        Slices of one cached table per (device, dtype) holding positions ``0 .. L - 1``: when a
+        call needs a position past L, the table is rebuilt for ``max(needed, 2 L)`` positions, so
+        a decode loop (``offset`` growing by one per step) rebuilds O(log n) times and otherwise
+        only slices. Dynamic NTK past ``original_max_position_embeddings`` (frequencies that
+        depend on the sequence length) and non-integer or negative offsets build per call.
+        """
+        if not isinstance(device, torch.device):
+            device = torch.device("cpu") if device is None else torch.device(device)
+        seq_len = int(seq_len)
+        whole = isinstance(offset, int) or float(offset).is_integer()
+        hit = self._full(int(offset) + seq_len, device) if whole and offset >= 0 else None
+        if hit is None:
+            t = self._build(seq_len, offset, device)
+            return RopeTables(for_layout(t.cos, self.layout), for_layout(t.sin, self.layout), t.mat)
+        o = int(offset)
+        return RopeTables(hit[1][o : o + seq_len], hit[2][o : o + seq_len], hit[0].mat)
+
+    def _positions_tables(self, positions: Tensor, offset, device: torch.device) -> RopeTables:
+        """Tables for per-token positions: rows of the cached table when the positions are
+        non-negative integers (one host read of their maximum), else built."""
+        full = None
+        if not positions.is_floating_point() and positions.numel() and isinstance(offset, int):
+            pos = positions + offset if offset else positions
+            lo, hi = int(pos.min().item()), int(pos.max().item())
+            if lo >= 0:
+                hit = self._full(hi + 1, device)
+                full = None if hit is None else hit[0]
+        if full is None:
+            t = self._build(positions, offset, device)
+            cos, sin, mat = t.cos, t.sin, t.mat
+        else:
+            idx = pos.to(device=full.cos.device, dtype=torch.long)
+            cos, sin, mat = full.cos[idx], full.sin[idx], full.mat
+        return RopeTables(for_layout(cos, self.layout), for_layout(sin, self.layout), mat)
 
     def forward(
         self,
@@ -509,13 +699,37 @@ class RotaryEmbedding(torch.nn.Module):
         offset: int = 0,
         positions: Tensor | None = None,
     ):
-        from .ops import rope_matrix, rope_matrix_qk
-
+        s = self._seq_len_of(q, k, positions)
         if positions is not None:
-            t = self._build(positions, offset, q.device)
-            tab = RopeTables(for_layout(t.cos, self.layout), for_layout(t.sin, self.layout), t.mat)
+            tab = self._positions_tables(positions, offset, q.device)
         else:
-            tab = self.tables(q.shape[_SEQ_DIM[self.layout]], offset=offset, device=q.device)
+            tab = self.tables(s, offset=offset, device=q.device)
         if k is None:
             return rope_matrix(q, tab.mat, tab.sin, tab.cos)
         return rope_matrix_qk(q, k, tab.mat, tab.sin, tab.cos)
+
+    def _seq_len_of(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> int:
+        """q's sequence length in ``self.layout``; checks that k and positions agree with it."""
+        sd = _SEQ_DIM[self.layout]
+        if q.dim() < -sd:
+            raise ValueError(
+                f"RotaryEmbedding(layout={self.layout!r}): q must have rank >= {-sd}, got "
+                f"{list(q.shape)}"
+            )
+        s = q.shape[sd]
+
+        def mismatch(what: str) -> ValueError:
+            return ValueError(
+                f"RotaryEmbedding(layout={self.layout!r}): the sequence dim of q (dim {q.dim() + sd} "
+                f"of {list(q.shape)}) has {s} tokens but {what}. The layout is not guessed: build "
+                f"the module with layout='BNSD' for q/k [B, N, S, D] or layout='BSND' for "
+                f"[B, S, N, D]."
+            )
+
+        if k is not None and (k.dim() != q.dim() or k.shape[sd] != s):
+            raise mismatch(f"k {list(k.shape)} has {k.shape[sd] if k.dim() >= -sd else '?'}")
+        if positions is not None:
+            n = positions.shape[-1] if positions.dim() else 0
+            if n != s:
+                raise mismatch(f"positions {list(positions.shape)} has {n}")
+        return s

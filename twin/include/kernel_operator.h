@@ -3,6 +3,13 @@
 // or silently do something else. See docs/kernel.md ("The CPU twin") for the rules it enforces.
 #pragma once
 
+// ASCENDC_CUBE_ONLY changes what the Ascend C headers declare, so it must be defined before the first
+// of them; lib/matmul_intf.h checks this record of whether it was.
+#define TWIN_KERNEL_OPERATOR_INCLUDED 1
+#ifdef ASCENDC_CUBE_ONLY
+#define TWIN_CUBE_ONLY_BEFORE_KERNEL_OPERATOR 1
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -66,19 +73,24 @@ struct IsSameType {
 };
 
 // ---- index functions (A2, numbering as the hardware does it) -------------------------------------
-inline int64_t GetTaskRatio() {
-  return ::twin::launch().kind() == ::twin::KernelKind::MIX_AIC_1_2 && ::twin::core().type == ::twin::CoreType::AIV
-             ? 2
-             : 1;
+// Only spellings every supported CANN version has (8.0.RC2 .. 9.x): GetTaskRatio (9.x only) and
+// GetTaskRation (older) are deliberately absent, so a kernel using either fails to compile here.
+}  // namespace AscendC
+namespace twin {
+// Vector cores per cube core of the running launch, as seen from the calling core.
+inline int64_t task_ratio() {
+  return launch().kind() == KernelKind::MIX_AIC_1_2 && core().type == CoreType::AIV ? 2 : 1;
 }
+}  // namespace twin
+namespace AscendC {
 inline int64_t GetBlockIdx() {
   auto& c = ::twin::core();
   if (c.type == ::twin::CoreType::AIC) return c.block;
-  return c.block * GetTaskRatio() + c.sub;
+  return c.block * ::twin::task_ratio() + c.sub;
 }
 inline int64_t GetBlockNum() { return ::twin::launch().block_dim(); }
 inline int64_t GetSubBlockIdx() { return ::twin::core().type == ::twin::CoreType::AIC ? 0 : ::twin::core().sub; }
-inline int64_t GetSubBlockNum() { return GetTaskRatio(); }
+inline int64_t GetSubBlockNum() { return ::twin::task_ratio(); }
 
 // ---- workspace ----------------------------------------------------------------------------------
 // Device behaviour: the argument is ignored; the user part starts 16 MB after the system workspace.

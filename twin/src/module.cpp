@@ -12,6 +12,8 @@
 #include "op_host/rope_matrix_host.h"
 #include "op_host/rope_matrix_tiling.h"
 #include "op_kernel/rope_matrix_kernel_entries.h"
+#include "tiling/platform/platform_ascendc.h"
+#include "tiling/tiling_api.h"
 #include "twin/core.h"
 #include "validation/rope_matrix_validate.h"
 
@@ -33,6 +35,20 @@ TEST_ONLY(test_only_flag_unbalanced)
 #undef TEST_ONLY
 
 namespace {
+
+// The PlatformAscendC the host tiling receives, built from op_host's SoC table (on the NPU it comes
+// from PlatformAscendCManager::GetInstance()).
+struct TwinPlatform {
+  explicit TwinPlatform(const rope_matrix::Platform& p) {
+    info.aicNum = p.aicNum;
+    info.aivNum = p.aivNum;
+    info.ubBytes = p.ubBytes;
+  }
+  TwinPlatform(const TwinPlatform&) = delete;
+  TwinPlatform& operator=(const TwinPlatform&) = delete;
+  fe::PlatFormInfos info;
+  platform_ascendc::PlatformAscendC ascendc{&info};
+};
 
 const std::map<std::string, KernelFn>& kernels() {
   static const std::map<std::string, KernelFn> k = {
@@ -122,7 +138,8 @@ py::dict tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, const
     const auto p = problem_from(outer, s, inner, d, x_dtype, table_dtype);
     const auto plat = rope_matrix::platform_for_soc(soc);
     const auto t = rope_matrix::compute_tiling(p, plat, max_block_dim);
-    const auto cube = rope_matrix::compute_matmul_tiling(t);
+    TwinPlatform tp(plat);
+    const auto cube = rope_matrix::compute_matmul_tiling(t, p.xType, tp.ascendc);
     py::dict r = tiling_dict(t);
     r["aicNum"] = plat.aicNum;
     r["aivNum"] = plat.aivNum;
@@ -134,6 +151,7 @@ py::dict tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, const
     c["baseM"] = ct.baseM; c["baseN"] = ct.baseN; c["baseK"] = ct.baseK;
     c["dbL0A"] = ct.dbL0A; c["dbL0B"] = ct.dbL0B; c["dbL0C"] = ct.dbL0C;
     c["depthA1"] = ct.depthA1; c["depthB1"] = ct.depthB1;
+    c["aType"] = matmul_tiling::twin_data_type_name(matmul_tiling::twin_last_a_type());
     r["cube"] = c;
     return r;
   });
@@ -156,7 +174,8 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
   const auto plat = host_call([&] { return rope_matrix::platform_for_soc(soc); });
   rope_matrix::RopeMatrixTiling t = host_call([&] { return rope_matrix::compute_tiling(c.problem, plat, max_block_dim); });
   if (patch.size()) patch_tiling(t, patch);
-  const auto cube = host_call([&] { return rope_matrix::compute_matmul_tiling(t); });
+  TwinPlatform tp(plat);
+  const auto cube = host_call([&] { return rope_matrix::compute_matmul_tiling(t, c.problem.xType, tp.ascendc); });
   std::vector<uint8_t> packed = rope_matrix::pack_tiling(t, cube);
 
   KernelFn fn = nullptr;

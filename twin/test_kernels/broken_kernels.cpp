@@ -2,8 +2,8 @@
 // must stop every one of them with exactly the expected rule. They take the production kernel's
 // arguments (bf16 x, bf16 tables) and its tiling, and are never built into anything but the twin
 // module, where they are reachable only through the test-only `variant=` selector.
+#define ASCENDC_CUBE_ONLY  // before every Ascend C include
 #include "kernel_operator.h"
-#define ASCENDC_CUBE_ONLY
 #include "lib/matmul_intf.h"
 
 #include "inc/rope_matrix_tiling.h"

@@ -4,7 +4,10 @@
 #pragma once
 
 #ifndef ASCENDC_CUBE_ONLY
-#error "twin: only the cube-only Matmul (define ASCENDC_CUBE_ONLY before lib/matmul_intf.h) is modelled"
+#error "twin: only the cube-only Matmul (define ASCENDC_CUBE_ONLY before every Ascend C include) is modelled"
+#endif
+#if defined(TWIN_KERNEL_OPERATOR_INCLUDED) && !defined(TWIN_CUBE_ONLY_BEFORE_KERNEL_OPERATOR)
+#error "ASCENDC_CUBE_ONLY was defined after kernel_operator.h: define it before every Ascend C include"
 #endif
 
 #include <vector>
@@ -21,12 +24,13 @@ struct MatmulConfig {
 constexpr MatmulConfig CFG_NORM{0};
 constexpr MatmulConfig CFG_MDL{1};
 
-namespace AscendC {
-
-template <TPosition POSITION, CubeFormat FORMAT, typename TYPE, bool ISTRANS = false,
+// The Matmul API lives in namespace `matmul` only: CANN 8.0 declares it there, newer versions alias
+// `matmul` to AscendC. `AscendC::Matmul` (newer versions only) does not compile here.
+namespace matmul {
+template <AscendC::TPosition POSITION, CubeFormat FORMAT, typename TYPE, bool ISTRANS = false,
           LayoutMode LAYOUT = LayoutMode::NONE, bool IBSHARE = false>
 struct MatmulType {
-  static constexpr TPosition pos = POSITION;
+  static constexpr AscendC::TPosition pos = POSITION;
   static constexpr CubeFormat format = FORMAT;
   using T = TYPE;
   static constexpr bool isTrans = ISTRANS;
@@ -42,13 +46,18 @@ class Matmul {
   static_assert((std::is_same<TA, bfloat16_t>::value || std::is_same<TA, half>::value || std::is_same<TA, float>::value),
                 "Matmul: A2 supports bf16, half and float inputs (int8 not modelled)");
   static_assert(!std::is_same<TA, float>::value || std::is_same<TC, float>::value, "Matmul: float inputs need a float C");
-  static_assert(A_TYPE::pos == TPosition::GM && B_TYPE::pos == TPosition::GM && C_TYPE::pos == TPosition::GM,
+  static_assert(A_TYPE::pos == AscendC::TPosition::GM && B_TYPE::pos == AscendC::TPosition::GM && C_TYPE::pos == AscendC::TPosition::GM,
                 "twin: only GM positions are modelled");
   static_assert(A_TYPE::format == CubeFormat::ND && B_TYPE::format == CubeFormat::ND && C_TYPE::format == CubeFormat::ND,
                 "twin: only ND format is modelled");
+  using TBias = typename BIAS_TYPE::T;
+  // A2's Matmul type table: bias float (or half) with half/bf16 A and B, float with float A and B.
+  // The default BIAS_TYPE = C_TYPE is therefore wrong for bf16 C: pass the bias type explicitly.
+  static_assert(std::is_same<TBias, float>::value || (std::is_same<TBias, half>::value && !std::is_same<TA, float>::value),
+                "Matmul: A2 allows a float bias type (or half, with half/bf16 A and B); pass BIAS_TYPE explicitly");
 
  public:
-  __aicore__ inline void Init(const TCubeTiling* tiling, TPipe* = nullptr) {
+  __aicore__ inline void Init(const TCubeTiling* tiling, AscendC::TPipe* = nullptr) {
     on_cube("Matmul::Init");
     const TCubeTiling& t = *tiling;
     auto bad = [&](const std::string& why) { ::twin::fail("matmul-tiling", "TCubeTiling invalid: " + why); };
@@ -76,13 +85,13 @@ class Matmul {
     n_ = t.singleCoreN;
     k_ = t.singleCoreK;
   }
-  __aicore__ inline void SetTensorA(const GlobalTensor<TA>& gm, bool isTransposeA = false) {
+  __aicore__ inline void SetTensorA(const AscendC::GlobalTensor<TA>& gm, bool isTransposeA = false) {
     on_cube("Matmul::SetTensorA");
     if (isTransposeA && !A_TYPE::isTrans) ::twin::fail("matmul-trans", "SetTensorA(trans=true) but MatmulType ISTRANS=false");
     a_ = gm;
     has_a_ = true;
   }
-  __aicore__ inline void SetTensorB(const GlobalTensor<TB>& gm, bool isTransposeB = false) {
+  __aicore__ inline void SetTensorB(const AscendC::GlobalTensor<TB>& gm, bool isTransposeB = false) {
     on_cube("Matmul::SetTensorB");
     if (isTransposeB && !B_TYPE::isTrans) ::twin::fail("matmul-trans", "SetTensorB(trans=true) but MatmulType ISTRANS=false");
     b_ = gm;
@@ -105,7 +114,7 @@ class Matmul {
     if (chk(tailK, tiling_.singleCoreK, "tailK")) k_ = tailK;
   }
   template <bool sync = true>
-  __aicore__ inline void IterateAll(const GlobalTensor<TC>& gm, uint8_t enAtomic = 0, bool enSequentialWrite = false,
+  __aicore__ inline void IterateAll(const AscendC::GlobalTensor<TC>& gm, uint8_t enAtomic = 0, bool enSequentialWrite = false,
                                     bool waitIterateAll = false, bool fakeMsg = false) {
     on_cube("Matmul::IterateAll");
     (void)enSequentialWrite; (void)waitIterateAll; (void)fakeMsg;
@@ -155,12 +164,12 @@ class Matmul {
   TCubeTiling tiling_{};
   bool inited_ = false, has_a_ = false, has_b_ = false, b_loaded_ = false;
   int m_ = 0, n_ = 0, k_ = 0;
-  GlobalTensor<TA> a_;
-  GlobalTensor<TB> b_;
+  AscendC::GlobalTensor<TA> a_;
+  AscendC::GlobalTensor<TB> b_;
   std::vector<float> bf_;
 };
 
-}  // namespace AscendC
+}  // namespace matmul
 
 namespace twin {
 // REGIST_MATMUL_OBJ in cube-only mode: Init with the tiling; must precede every InitBuffer.

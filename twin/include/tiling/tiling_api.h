@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "kernel_tiling/kernel_tiling.h"
+#include "tiling/platform/platform_ascendc.h"
 
 namespace optiling {
 
@@ -42,11 +43,45 @@ enum class TPosition { GM, VECIN, VECOUT, VECCALC, TSCM, A1, B1, C1, CO1, CO2 };
 enum class CubeFormat { ND, NZ, ND_ALIGN, VECTOR, SCALAR };
 enum class DataType { DT_FLOAT, DT_FLOAT16, DT_BFLOAT16, DT_INT8, DT_INT32 };
 
+// twin only: the A type the host code last passed to SetAType on this thread, so tests can check
+// that the host tiles each x dtype as its own type.
+inline DataType& twin_last_a_type() {
+  static thread_local DataType t = DataType::DT_INT8;
+  return t;
+}
+inline const char* twin_data_type_name(DataType t) {
+  switch (t) {
+    case DataType::DT_FLOAT: return "DT_FLOAT";
+    case DataType::DT_FLOAT16: return "DT_FLOAT16";
+    case DataType::DT_BFLOAT16: return "DT_BFLOAT16";
+    case DataType::DT_INT8: return "DT_INT8";
+    case DataType::DT_INT32: return "DT_INT32";
+  }
+  return "?";
+}
+
 class MultiCoreMatmulTiling {
  public:
-  MultiCoreMatmulTiling() = default;
+  // Constructed with the platform, as CANN's samples do: the L1/L0 capacities come from it. The
+  // platform-less constructor CANN also declares is deleted here (it needs a SoC set elsewhere).
+  MultiCoreMatmulTiling() = delete;
+  explicit MultiCoreMatmulTiling(const platform_ascendc::PlatformAscendC& plat) {
+    uint64_t v = 0;
+    plat.GetCoreMemSize(platform_ascendc::CoreMemType::L1, v);
+    l1_ = static_cast<int64_t>(v) - 256;
+    plat.GetCoreMemSize(platform_ascendc::CoreMemType::L0_C, v);
+    l0c_ = static_cast<int64_t>(v);
+    plat.GetCoreMemSize(platform_ascendc::CoreMemType::L0_A, v);
+    l0a_ = static_cast<int64_t>(v);
+    plat.GetCoreMemSize(platform_ascendc::CoreMemType::L0_B, v);
+    l0b_ = static_cast<int64_t>(v);
+  }
   int32_t SetDim(int32_t dim) { dim_ = dim; return dim > 0 ? 0 : -1; }
-  int32_t SetAType(TPosition, CubeFormat f, DataType t, bool trans = false) { a_ = t; fa_ = f; ta_ = trans; return 0; }
+  int32_t SetAType(TPosition, CubeFormat f, DataType t, bool trans = false) {
+    a_ = t; fa_ = f; ta_ = trans;
+    twin_last_a_type() = t;
+    return 0;
+  }
   int32_t SetBType(TPosition, CubeFormat f, DataType t, bool trans = false) { b_ = t; fb_ = f; tb_ = trans; return 0; }
   int32_t SetCType(TPosition, CubeFormat f, DataType t) { c_ = t; fc_ = f; return 0; }
   int32_t SetBiasType(TPosition, CubeFormat, DataType) { return 0; }
@@ -75,8 +110,8 @@ class MultiCoreMatmulTiling {
     if (bm % 16 || bn % 16 || bm * bn * 4 > l0c_) return -1;
     const int64_t dbl0 = 2;
     int64_t bk = a16(sk);
-    while (bk > 16 && (bm * bk * sz * dbl0 > kL0A || bn * bk * sz * dbl0 > kL0B)) bk -= 16;
-    if (bm * bk * sz * dbl0 > kL0A || bn * bk * sz * dbl0 > kL0B) return -1;
+    while (bk > 16 && (bm * bk * sz * dbl0 > l0a_ || bn * bk * sz * dbl0 > l0b_)) bk -= 16;
+    if (bm * bk * sz * dbl0 > l0a_ || bn * bk * sz * dbl0 > l0b_) return -1;
     int64_t stepK = (sk + bk - 1) / bk;
     auto l1_need = [&](int64_t s) { return 2 * s * bm * bk * sz + 2 * s * bn * bk * sz; };
     while (stepK > 1 && l1_need(stepK) > l1_) --stepK;
@@ -100,8 +135,7 @@ class MultiCoreMatmulTiling {
   }
 
  private:
-  static constexpr int64_t kL0A = 64 * 1024, kL0B = 64 * 1024;
-  int64_t l1_ = 512 * 1024 - 256, l0c_ = 128 * 1024;
+  int64_t l1_ = 0, l0c_ = 0, l0a_ = 0, l0b_ = 0;
   int32_t dim_ = 0, m_ = -1, n_ = -1, k_ = -1, om_ = -1, on_ = -1, ok_ = -1, sm_ = -1, sn_ = -1, sk_ = -1;
   int32_t fbm_ = -1, fbn_ = -1;
   bool bias_ = false, ta_ = false, tb_ = false;

@@ -1,0 +1,347 @@
+"""The operator against the machine's memory limit, from cache-resident to DRAM-sized tensors.
+
+    python -m npu_ops_transformer_ext.sweep                     # the full grid (several minutes)
+    python -m npu_ops_transformer_ext.bench --sweep             # the same
+    python -m npu_ops_transformer_ext.sweep --sizes 256,4096 --dtypes bfloat16 --layouts bnsd \\
+        --modes half --threads all --iters 5                    # a small grid
+
+**The limit.** ``_stream_copy`` (cpu_kernel/stream_copy.cpp) is a native copy of x into a
+preallocated output on the operator's threads, with each table read once: exactly the bytes a
+``rope_matrix`` call moves, and nothing else. It is timed with non-temporal (streaming) stores and
+with ordinary stores, and the faster of the two is the limit for that size (streaming wins once the
+output no longer fits in cache, ordinary stores while it does). Every provider is reported as its
+time ÷ the limit; ``copy_`` (torch's ``out.copy_(x)``) is one more provider, no longer the
+denominator. ``rope_matrix_qk`` (q and k of x's shape, one pass over the tables) is measured against
+the limit for q + k bytes.
+
+**The grid.** x is ``[1, N, S, D]`` (BNSD) or ``[1, S, N, D]`` (BSND) with B·N = 24 and D = 128 by
+default, S from 256 (x = 1.5 MiB in bf16) to 32768 (192 MiB), dtypes bfloat16 / float16 /
+float32, modes half / interleave / 3D (44+44+40 half), tables ``[S, D]`` in x's dtype (or float32
+with ``--table-dtype float32``), torch threads 1, 2 and all. Within one (S, dtype, threads) cell
+every provider is timed round-robin (one call of each per round), so that a change in machine load
+affects them alike and the ratios stay meaningful. Calls are warm (the same x every call: x stays
+in cache where it fits).
+
+Writes a long-format CSV (one row per provider and cell: median and p20/p80 in ms, GB/s, ratio to
+the limit and to ``copy_``) and, with matplotlib installed, a plot of ratio ÷ limit against x's size.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import time
+
+import torch
+
+from . import ops  # noqa: F401  (registers the ops)
+from .reference import mode_matrix
+
+__all__ = ["bench_providers", "limit_fn", "limit_of", "main", "moved_bytes", "plot", "run_sweep"]
+
+_ops = torch.ops.npu_ops_transformer_ext
+
+SIZES = [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+DTYPES = ["bfloat16", "float16", "float32"]
+LAYOUTS = ["bnsd", "bsnd"]
+MODES = {"half": ("half", [128]), "interleave": ("interleave", [128]), "3d": ("half", [44, 44, 40])}
+
+
+# ---- the limit ----------------------------------------------------------------------------------
+
+
+def _median_time(fn, calls: int) -> float:
+    ts = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def limit_fn(x: torch.Tensor, tables, calls: int = 7):
+    """A callable that moves the bytes of one ``rope_matrix(x, ...)`` call: x read, an output of
+    x's size written, each tensor of ``tables`` read once, natively, on torch's threads. Streaming
+    or ordinary stores, whichever is faster here (timed on ``calls`` calls of each; the choice is
+    the callable's ``.store`` attribute, ``"nontemporal"`` or ``"temporal"``)."""
+    src = x.contiguous()
+    out = torch.empty_like(src)
+    tabs = [t.contiguous() for t in tables]
+
+    def nt():
+        _ops._stream_copy(src, out, tabs, True)
+
+    def t():
+        _ops._stream_copy(src, out, tabs, False)
+
+    for f in (nt, t, nt, t):
+        f()
+    faster_nt = _median_time(nt, calls) <= _median_time(t, calls)
+    chosen = nt if faster_nt else t
+    chosen.store = "nontemporal" if faster_nt else "temporal"
+    return chosen
+
+
+def limit_of(provider: str) -> str:
+    """The limit provider a provider's time is divided by: q + k bytes for the fused q/k call."""
+    return "limit_qk" if provider.startswith("rope_matrix_qk") else "limit"
+
+
+def limit_providers(x, tables, k=None) -> dict:
+    """``{"limit": fn}`` (and ``"limit_qk"`` for q = x and k: their bytes together) for a benchmark."""
+    fns = {"limit": limit_fn(x, tables)}
+    if k is not None:
+        both = torch.cat([x.contiguous().view(-1), k.contiguous().view(-1)])
+        fns["limit_qk"] = limit_fn(both, tables)
+    return fns
+
+
+def bench_providers(x, y, sin, cos) -> dict:
+    """The providers ``bench`` adds to its table: ``rope_matrix_qk`` (q = x, k a copy of it), the
+    limit for x's bytes and the limit for q + k bytes."""
+    k = x.clone()
+    fns = {"rope_matrix_qk": lambda: _ops.rope_matrix_qk(x, k, y, sin, cos)}
+    fns.update(limit_providers(x, (sin, cos), k))
+    return fns
+
+
+def moved_bytes(provider: str, x, tables) -> int:
+    """Bytes a provider's call must move: x read and written (twice that for q + k), tables read once."""
+    n = 2 * x.numel() * x.element_size() * (2 if limit_of(provider) == "limit_qk" else 1)
+    return n + sum(t.numel() * t.element_size() for t in tables)
+
+
+# ---- the sweep ----------------------------------------------------------------------------------
+
+
+def _time_round_robin(fns: dict, warmup: int, iters: int) -> dict:
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    samples = {name: [] for name in fns}
+    for _ in range(iters):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - t0) * 1e3)
+    out = {}
+    for name, s in samples.items():
+        q = statistics.quantiles(s, n=5) if len(s) >= 5 else [min(s)] * 4
+        out[name] = (statistics.median(s), q[0], q[3])
+    return out
+
+
+def _thread_counts(spec: str) -> list[int]:
+    total = torch.get_num_threads()
+    out = []
+    for v in spec.split(","):
+        v = v.strip()
+        if not v:
+            continue
+        n = total if v == "all" else int(v)
+        if 1 <= n <= total and n not in out:
+            out.append(n)
+    return out
+
+
+def run_sweep(sizes=SIZES, dtypes=DTYPES, layouts=LAYOUTS, modes=tuple(MODES), threads="1,2,all",
+              heads=24, dim=128, table_dtype="same", qk=True, copy=True, warmup=2, iters=10,
+              progress=print) -> list[dict]:
+    """Runs the grid and returns one dict per (cell, provider); see the module doc."""
+    counts = _thread_counts(threads)
+    total_threads = torch.get_num_threads()
+    rows = []
+    try:
+        for s in sizes:
+            for dname in dtypes:
+                dtype = getattr(torch, dname)
+                tdtype = dtype if table_dtype == "same" else getattr(torch, table_dtype)
+                g = torch.Generator().manual_seed(s)
+                base = torch.rand(s, heads, dim, generator=g, dtype=torch.float32).to(dtype)
+                xs = {
+                    "bnsd": base.permute(1, 0, 2).contiguous().unsqueeze(0),  # [1, N, S, D]
+                    "bsnd": base.unsqueeze(0),  # [1, S, N, D]
+                }
+                del base
+                sin = torch.rand(s, dim, generator=g).to(tdtype)
+                cos = torch.rand(s, dim, generator=g).to(tdtype)
+                tab = {"bnsd": (sin, cos), "bsnd": (sin[:, None, :], cos[:, None, :])}
+                ys = {m: mode_matrix(*MODES[m], dtype=dtype) for m in modes}
+                x_bytes = xs["bnsd"].numel() * xs["bnsd"].element_size()
+                t_bytes = sin.numel() * sin.element_size() + cos.numel() * cos.element_size()
+                for nthreads in counts:
+                    torch.set_num_threads(nthreads)
+                    lay0 = layouts[0]
+                    fns = {}
+                    for lay in layouts:
+                        x = xs[lay]
+                        sn, cs = tab[lay]
+                        for m in modes:
+                            fns[f"rope_matrix|{lay}|{m}"] = (
+                                lambda x=x, y=ys[m], sn=sn, cs=cs: _ops.rope_matrix(x, y, sn, cs))
+                    if qk:
+                        q = xs[lay0]
+                        k = q.clone()
+                        sn, cs = tab[lay0]
+                        y = ys[modes[0]]
+                        fns[f"rope_matrix_qk|{lay0}|{modes[0]}"] = (
+                            lambda q=q, k=k, y=y, sn=sn, cs=cs: _ops.rope_matrix_qk(q, k, y, sn, cs))
+                    lims = limit_providers(xs[lay0], (sin, cos), k if qk else None)
+                    for name, fn in lims.items():
+                        fns[f"{name}||"] = fn
+                    if copy:
+                        out = torch.empty_like(xs[lay0])
+                        fns["copy_||"] = lambda out=out, x=xs[lay0]: out.copy_(x)
+                    res = _time_round_robin(fns, warmup, iters)
+                    limit_ms = {name: res[f"{name}||"][0] for name in lims}
+                    copy_ms = res["copy_||"][0] if copy else None
+                    for key, (med, p20, p80) in res.items():
+                        prov, lay, m = key.split("|")
+                        lim = limit_ms[limit_of(prov)]
+                        moved = 2 * x_bytes * (2 if limit_of(prov) == "limit_qk" else 1) + t_bytes
+                        rows.append({
+                            "S": s, "x_bytes": x_bytes, "dtype": dname,
+                            "table_dtype": str(tdtype).replace("torch.", ""), "layout": lay, "mode": m,
+                            "threads": nthreads, "provider": prov,
+                            "store": getattr(lims.get(prov), "store", ""),
+                            "median_ms": _sig(med), "p20_ms": _sig(p20), "p80_ms": _sig(p80),
+                            "gbps": _sig(moved / med / 1e6), "x_limit": _sig(med / lim, 3),
+                            "x_copy": _sig(med / copy_ms, 3) if copy_ms else "",
+                            "torch": torch.__version__, "heads": heads, "dim": dim,
+                        })
+                    if progress:
+                        worst = max(r["x_limit"] for r in rows[-len(res):] if r["provider"] == "rope_matrix")
+                        progress(f"S={s:<6} {dname:<9} threads={nthreads}: limit {limit_ms['limit']:.3f} ms "
+                                 f"({lims['limit'].store}), rope_matrix worst {worst:.2f}x limit")
+                del xs, fns
+    finally:
+        torch.set_num_threads(total_threads)
+    return rows
+
+
+def _sig(value, digits=4):
+    return float(f"{value:.{digits}g}")
+
+
+def write_csv(rows, path):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def read_csv(path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def summary(rows) -> str:
+    """A markdown table: rope_matrix ÷ limit per size (rows) and dtype × layout (columns), the
+    worst mode of each cell, at the largest thread count in ``rows``; then the qk and copy_ rows."""
+    nt = max(int(r["threads"]) for r in rows)
+    rows = [r for r in rows if int(r["threads"]) == nt]
+    cols = sorted({(r["dtype"], r["layout"]) for r in rows if r["provider"] == "rope_matrix"})
+    sizes = sorted({int(r["S"]) for r in rows})
+    head = "| S | x MiB (bf16) | " + " | ".join(f"{d} {lay.upper()}" for d, lay in cols)
+    head += " | qk | copy_ |"
+    lines = [head, "|" + "---|" * (len(cols) + 4)]
+    for s in sizes:
+        cell = []
+        for d, lay in cols:
+            v = [float(r["x_limit"]) for r in rows if int(r["S"]) == s and r["dtype"] == d
+                 and r["layout"] == lay and r["provider"] == "rope_matrix"]
+            cell.append(f"{max(v):.2f}" if v else "")
+        for prov in ("rope_matrix_qk", "copy_"):
+            v = [float(r["x_limit"]) for r in rows if int(r["S"]) == s and r["provider"] == prov]
+            cell.append(f"{min(v):.2f}–{max(v):.2f}" if v else "")
+        hd = next(int(r["heads"]) * int(r["dim"]) for r in rows if int(r["S"]) == s)
+        lines.append(f"| {s} | {s * hd * 2 / 2**20:.1f} | " + " | ".join(cell) + " |")
+    return f"threads = {nt}; worst of the modes in each cell (time ÷ limit)\n" + "\n".join(lines)
+
+
+def plot(rows, path) -> bool:
+    """Ratio ÷ limit against x's size, one panel per dtype, a line per layout × mode (solid: all
+    threads, dashed: 1 thread). False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    dtypes = sorted({r["dtype"] for r in rows})
+    threads = sorted({int(r["threads"]) for r in rows})
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(5 * len(dtypes), 4), squeeze=False, sharey=True)
+    for ax, d in zip(axes[0], dtypes):
+        keys = sorted({(r["provider"], r["layout"], r["mode"]) for r in rows
+                       if r["dtype"] == d and r["provider"].startswith(("rope_matrix", "copy_"))})
+        for i, (prov, lay, m) in enumerate(keys):
+            for nt in (threads[-1], threads[0]) if len(threads) > 1 else threads:
+                pts = sorted((int(r["x_bytes"]), float(r["x_limit"])) for r in rows
+                             if r["dtype"] == d and r["provider"] == prov and r["layout"] == lay
+                             and r["mode"] == m and int(r["threads"]) == nt)
+                if not pts:
+                    continue
+                label = f"{prov.replace('rope_matrix', 'rm')} {lay} {m}".strip() + f" t{nt}"
+                ax.plot([p[0] / 2**20 for p in pts], [p[1] for p in pts],
+                        linestyle="-" if nt == threads[-1] else "--", marker="o", markersize=3,
+                        color=f"C{i % 10}", label=label)
+        ax.axhline(1.0, color="k", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_title(d)
+        ax.set_xlabel("x size (MiB)")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("time ÷ limit (native streaming copy)")
+    axes[0][-1].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _csv_list(v):
+    return [s for s in v.split(",") if s]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma list of S")
+    ap.add_argument("--dtypes", default=",".join(DTYPES), help=f"comma list of {DTYPES}")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS), help=f"comma list of {LAYOUTS}")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {list(MODES)}")
+    ap.add_argument("--threads", default="1,2,all", help="comma list of thread counts, 'all' = torch's default")
+    ap.add_argument("--heads", type=int, default=24, help="B*N")
+    ap.add_argument("--dim", type=int, default=128, help="D (the 3d mode needs 128)")
+    ap.add_argument("--table-dtype", default="same", choices=["same", "float32"])
+    ap.add_argument("--no-qk", action="store_true", help="skip rope_matrix_qk")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--csv", default="bench_results/sweep.csv")
+    ap.add_argument("--plot", default="bench_results/sweep.png", help="'' for none")
+    ap.add_argument("--quiet", action="store_true")
+    a = ap.parse_args(argv)
+    sizes = [int(v) for v in _csv_list(a.sizes)]
+    dtypes, layouts, modes = _csv_list(a.dtypes), _csv_list(a.layouts), _csv_list(a.modes)
+    for v, allowed, what in ((dtypes, DTYPES, "dtype"), (layouts, LAYOUTS, "layout"), (modes, list(MODES), "mode")):
+        bad = [x for x in v if x not in allowed]
+        if bad or not v:
+            ap.error(f"--{what}s: choose from {allowed}, got {v}")
+    if "3d" in modes and a.dim != 128:
+        ap.error("--modes 3d needs --dim 128 (44 + 44 + 40)")
+    if not _thread_counts(a.threads):
+        ap.error(f"--threads: no valid count in {a.threads!r} (this process has {torch.get_num_threads()})")
+    rows = run_sweep(sizes, dtypes, layouts, modes, a.threads, a.heads, a.dim, a.table_dtype,
+                     qk=not a.no_qk, warmup=a.warmup, iters=a.iters, progress=None if a.quiet else print)
+    write_csv(rows, a.csv)
+    print(summary(rows))
+    print(f"wrote {a.csv}")
+    if a.plot:
+        print(f"wrote {a.plot}" if plot(rows, a.plot) else "no plot (matplotlib is not installed)")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+// Autograd of rope_matrix and rope_matrix_qk, registered in C++ at the Autograd dispatch key.
+//
+// A call that needs no gradient (grad mode off, or no input requiring grad) goes straight to the
+// backend kernel below autograd, without entering Python: for a decode-sized call the Python autograd
+// layer cost more than the kernel. A call that needs one records a torch::autograd::Function whose
+// backward is made of registered ops and differentiable ATen ops, so higher derivatives keep working:
+//
+//   dx   = rope_matrix_backward(g, y, sin, cos)       (the registered helper op; its own autograd
+//                                                       formulas give the second derivatives)
+//   dcos = sum_b(g * x)
+//   dsin = sum_b(g * (x @ y))                         (x @ y = rope_matrix(x, y, 1, 0): the very
+//                                                       x @ y of the forward, rounded as the kernel does)
+//   dy   = X^T @ (g * sin)                            (X, g*sin flattened to [M, D])
+//
+// with sum_b the sum over the dims a table is broadcast on, float32 math (float64 for float64 x).
+// These are the formulas of python/npu_ops_transformer_ext/autograd.py, which documents them and
+// keeps the helper ops' own autograd. x is saved only when y, sin or cos requires grad.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/autograd.h>
+#include <torch/library.h>
+
+#include <tuple>
+#include <vector>
+
+namespace npu_ops_transformer_ext {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+using RopeSig = at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&);
+using QkSig = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                                 const at::Tensor&, const at::Tensor&);
+
+const c10::TypedOperatorHandle<RopeSig>& op_rope() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("npu_ops_transformer_ext::rope_matrix", "").typed<RopeSig>();
+  return op;
+}
+const c10::TypedOperatorHandle<QkSig>& op_qk() {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("npu_ops_transformer_ext::rope_matrix_qk", "").typed<QkSig>();
+  return op;
+}
+const c10::TypedOperatorHandle<RopeSig>& op_backward() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("npu_ops_transformer_ext::rope_matrix_backward", "")
+                             .typed<RopeSig>();
+  return op;
+}
+const c10::TypedOperatorHandle<QkSig>& op_qk_backward() {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("npu_ops_transformer_ext::rope_matrix_qk_backward", "")
+                             .typed<QkSig>();
+  return op;
+}
+
+at::ScalarType acc_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+// Sums t (x's shape) down to `shape`, a shape that broadcasts to it.
+at::Tensor reduce_to(at::Tensor t, at::IntArrayRef shape) {
+  const int64_t lead = t.dim() - static_cast<int64_t>(shape.size());
+  if (lead > 0) {
+    std::vector<int64_t> dims(static_cast<size_t>(lead));
+    for (int64_t i = 0; i < lead; ++i) dims[static_cast<size_t>(i)] = i;
+    t = t.sum(dims);
+  }
+  std::vector<int64_t> dims;
+  for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
+    if (shape[static_cast<size_t>(i)] == 1 && t.size(i) != 1) dims.push_back(i);
+  }
+  if (!dims.empty()) t = t.sum(dims, /*keepdim=*/true);
+  return t;
+}
+
+// Sum of the y/sin/cos gradients over (grad_out, x) pairs (pairs with an undefined tensor are
+// skipped). Differentiable: ATen ops and the registered rope_matrix.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> table_grads(
+    const std::vector<std::pair<at::Tensor, at::Tensor>>& pairs, const at::Tensor& y, const at::Tensor& sin,
+    const at::Tensor& cos, bool need_y, bool need_sin, bool need_cos) {
+  const int64_t d = y.size(0);
+  at::Tensor dy, dsin, dcos;
+  const auto add = [](at::Tensor& acc, const at::Tensor& t) { acc = acc.defined() ? acc + t : t; };
+  for (const auto& [g, x] : pairs) {
+    if (!g.defined() || !x.defined()) continue;
+    const at::ScalarType acc = acc_dtype(x.scalar_type());
+    const at::Tensor g_ = g.to(acc);
+    if (need_cos) add(dcos, reduce_to(g_ * x.to(acc), cos.sizes()));
+    if (need_sin) {
+      const at::Tensor one = at::ones({d}, x.options().dtype(at::kFloat));
+      const at::Tensor xy = op_rope().call(x, y, one, at::zeros_like(one));  // the forward's x @ y
+      add(dsin, reduce_to(g_ * xy.to(acc), sin.sizes()));
+    }
+    if (need_y) {
+      const at::Tensor gs = (g_ * sin.to(acc)).reshape({-1, d});
+      add(dy, x.to(acc).reshape({-1, d}).t().mm(gs));
+    }
+  }
+  const auto cast = [](const at::Tensor& t, const at::Tensor& ref) {
+    return t.defined() ? t.to(ref.scalar_type()) : t;
+  };
+  return {cast(dy, y), cast(dsin, sin), cast(dcos, cos)};
+}
+
+bool needs_grad(std::initializer_list<const at::Tensor*> ts) {
+  if (!at::GradMode::is_enabled()) return false;
+  for (const at::Tensor* t : ts) {
+    if (t->requires_grad()) return true;
+  }
+  return false;
+}
+
+struct RopeMatrixFn : public torch::autograd::Function<RopeMatrixFn> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
+                            const at::Tensor& cos) {
+    const bool keep_x = y.requires_grad() || sin.requires_grad() || cos.requires_grad();
+    ctx->save_for_backward({keep_x ? x : at::Tensor(), y, sin, cos});
+    ctx->set_materialize_grads(false);
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return op_rope().call(x, y, sin, cos);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const at::Tensor &x = s[0], &y = s[1], &sin = s[2], &cos = s[3];
+    const at::Tensor& g = grads[0];
+    if (!g.defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    at::Tensor dx, dy, dsin, dcos;
+    if (ctx->needs_input_grad(0)) dx = op_backward().call(g, y, sin, cos);
+    const bool ny = ctx->needs_input_grad(1), ns = ctx->needs_input_grad(2), nc = ctx->needs_input_grad(3);
+    if (ny || ns || nc) std::tie(dy, dsin, dcos) = table_grads({{g, x}}, y, sin, cos, ny, ns, nc);
+    return {dx, dy, dsin, dcos};
+  }
+};
+
+struct RopeMatrixQkFn : public torch::autograd::Function<RopeMatrixQkFn> {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k, const at::Tensor& y,
+                               const at::Tensor& sin, const at::Tensor& cos) {
+    const bool keep = y.requires_grad() || sin.requires_grad() || cos.requires_grad();
+    ctx->save_for_backward({keep ? q : at::Tensor(), keep ? k : at::Tensor(), y, sin, cos});
+    ctx->set_materialize_grads(false);
+    at::AutoDispatchBelowADInplaceOrView guard;
+    auto [qo, ko] = op_qk().call(q, k, y, sin, cos);
+    return {qo, ko};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list s = ctx->get_saved_variables();
+    const at::Tensor &q = s[0], &k = s[1], &y = s[2], &sin = s[3], &cos = s[4];
+    const at::Tensor &gq = grads[0], &gk = grads[1];
+    at::Tensor dq, dk, dy, dsin, dcos;
+    const bool nq = ctx->needs_input_grad(0) && gq.defined(), nk = ctx->needs_input_grad(1) && gk.defined();
+    if (nq && nk) {
+      std::tie(dq, dk) = op_qk_backward().call(gq, gk, y, sin, cos);
+    } else {
+      if (nq) dq = op_backward().call(gq, y, sin, cos);
+      if (nk) dk = op_backward().call(gk, y, sin, cos);
+    }
+    const bool ny = ctx->needs_input_grad(2), ns = ctx->needs_input_grad(3), nc = ctx->needs_input_grad(4);
+    if (ny || ns || nc) std::tie(dy, dsin, dcos) = table_grads({{gq, q}, {gk, k}}, y, sin, cos, ny, ns, nc);
+    return {dq, dk, dy, dsin, dcos};
+  }
+};
+
+at::Tensor rope_matrix_autograd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
+                                const at::Tensor& cos) {
+  if (!needs_grad({&x, &y, &sin, &cos})) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return op_rope().call(x, y, sin, cos);
+  }
+  return RopeMatrixFn::apply(x, y, sin, cos);
+}
+
+std::tuple<at::Tensor, at::Tensor> rope_matrix_qk_autograd(const at::Tensor& q, const at::Tensor& k,
+                                                           const at::Tensor& y, const at::Tensor& sin,
+                                                           const at::Tensor& cos) {
+  if (!needs_grad({&q, &k, &y, &sin, &cos})) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    return op_qk().call(q, k, y, sin, cos);
+  }
+  const variable_list out = RopeMatrixQkFn::apply(q, k, y, sin, cos);
+  return {out[0], out[1]};
+}
+
+}  // namespace
+}  // namespace npu_ops_transformer_ext
+
+TORCH_LIBRARY_IMPL(npu_ops_transformer_ext, Autograd, m) {
+  m.impl("rope_matrix", &npu_ops_transformer_ext::rope_matrix_autograd);
+  m.impl("rope_matrix_qk", &npu_ops_transformer_ext::rope_matrix_qk_autograd);
+}

@@ -1,0 +1,249 @@
+"""rope_matrix_ (in place): which x it takes, and the reason it gives when it refuses one.
+
+The rule: x may have any layout that does not overlap itself (packed-QKV views, strided slices,
+transposes), and must share no memory with mat, sin or cos; the tables and the matrix are only read,
+so they may be expanded or overlap themselves. Results equal the out-of-place op bit for bit.
+"""
+import npu_ops_transformer_ext as ext
+import pytest
+import torch
+from npu_ops_transformer_ext import get_half_matrix, get_interleave_matrix
+from npu_ops_transformer_ext.reference import rope_matrix_reference
+
+ops = torch.ops.npu_ops_transformer_ext
+
+
+def _tables(s, d, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(s, d, generator=g).to(dtype), torch.randn(s, d, generator=g).to(dtype)
+
+
+def _check_inplace(x, mat, sin, cos):
+    """Runs rope_matrix_ on x and checks it against the out-of-place op and the reference."""
+    expected = ops.rope_matrix(x, mat, sin, cos)
+    torch.testing.assert_close(expected, rope_matrix_reference(x, mat, sin, cos), rtol=0, atol=0)
+    ptr, strides = x.data_ptr(), x.stride()
+    assert ext.rope_matrix_(x, mat, sin, cos) is None
+    assert x.data_ptr() == ptr and x.stride() == strides
+    torch.testing.assert_close(x, expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("layout", ["bsnd", "bnsd"])
+def test_packed_qkv_in_place(dtype, layout):
+    # qkv [B, S, 3, H, D] (one projection, split by views): q, k, v are views with gaps between
+    # their rows. Rotating q and k in place must equal the out-of-place op and leave v untouched.
+    g = torch.Generator().manual_seed(1)
+    qkv = torch.randn(2, 16, 3, 4, 64, generator=g).to(dtype)
+    before = qkv.clone()
+    mat = get_half_matrix(64, dtype=dtype)
+    sin, cos = _tables(16, 64)
+    if layout == "bsnd":
+        sin, cos = sin[:, None], cos[:, None]  # [S, 1, D]
+    views = [qkv[:, :, i] for i in range(2)]  # [B, S, H, D]
+    if layout == "bnsd":
+        views = [v.transpose(1, 2) for v in views]  # [B, H, S, D] views of the same memory
+    expected = [ops.rope_matrix(v, mat, sin, cos) for v in views]
+    for v in views:
+        ext.rope_matrix_(v, mat, sin, cos)
+    for v, e in zip(views, expected):
+        torch.testing.assert_close(v, e, rtol=0, atol=0)
+    assert torch.equal(qkv[:, :, 2], before[:, :, 2])  # v untouched
+    # The whole row block: q and k written, nothing else.
+    q_ref = rope_matrix_reference(before[:, :, 0].transpose(1, 2) if layout == "bnsd" else before[:, :, 0], mat, sin, cos)
+    torch.testing.assert_close(views[0], q_ref, rtol=0, atol=0)
+
+
+def test_packed_qkv_last_dim_split():
+    # Fused projections often pack q, k, v along the last dim: [B, S, 3 * H * D] split with views.
+    g = torch.Generator().manual_seed(2)
+    H, D = 4, 32
+    qkv = torch.randn(2, 9, 3 * H * D, generator=g).bfloat16()
+    before = qkv.clone()
+    q, k, v = qkv.view(2, 9, 3, H, D).unbind(2)
+    mat = get_interleave_matrix(D)
+    sin, cos = _tables(9, D)
+    sin, cos = sin[:, None], cos[:, None]
+    _check_inplace(q, mat, sin, cos)
+    _check_inplace(k, mat, sin, cos)
+    assert torch.equal(v, before.view(2, 9, 3, H, D)[:, :, 2])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda t: t[:, ::2], id="every-other-row"),
+        pytest.param(lambda t: t[::3, 1::2], id="step-3-and-2"),
+        pytest.param(lambda t: t[:, :, :, :64], id="first-half-of-D"),  # D of a wider row
+        pytest.param(lambda t: t.transpose(0, 2)[:, :, ::2], id="transposed-strided"),
+        pytest.param(lambda t: t[..., :64].transpose(-1, -2).contiguous().transpose(-1, -2), id="D-not-unit-stride"),
+    ],
+)
+def test_strided_slices(make):
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(6, 8, 5, 128, generator=g).bfloat16()
+    x = make(base)
+    if x.size(-1) != 64:
+        x = x[..., :64]
+    before_base = base.clone()
+    mat = get_half_matrix(64)
+    sin, cos = _tables(x.size(-2), 64, torch.bfloat16)
+    _check_inplace(x, mat, sin, cos)
+    # Everything of base outside x is untouched.
+    if x._base is base or x.untyped_storage().data_ptr() == base.untyped_storage().data_ptr():
+        mask = torch.ones_like(base, dtype=torch.bool)
+        make_mask = make(mask)
+        if make_mask.size(-1) != 64:
+            make_mask = make_mask[..., :64]
+        if make_mask.untyped_storage().data_ptr() == mask.untyped_storage().data_ptr():
+            make_mask.fill_(False)
+            assert torch.equal(base[mask], before_base[mask])
+
+
+def test_interleaved_strides_that_do_not_overlap():
+    # Sizes (3, 2) with element strides (2, 3): offsets {0, 2, 4, 3, 5, 7} are distinct although no
+    # stride exceeds the span of the other (torch's own check answers "too hard" here).
+    storage = torch.randn(8 * 64).bfloat16()
+    x = storage.as_strided((3, 2, 64), (2 * 64, 3 * 64, 1))
+    mat = get_half_matrix(64)
+    sin, cos = _tables(2, 64)
+    _check_inplace(x, mat, sin, cos)
+
+
+def test_expanded_tables_and_matrix():
+    # Tables broadcast with expand (stride 0) and a matrix that is an expanded view are only read.
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, 3, 7, 64, generator=g).bfloat16()
+    s, c = _tables(7, 64)
+    sin = s.expand(2, 3, 7, 64)
+    cos = c[:, None].expand(7, 3, 64).transpose(0, 1).expand(2, 3, 7, 64)  # any strides
+    _check_inplace(x, get_half_matrix(64), sin, cos)
+    one = torch.ones(1, 64).expand(64, 64)  # a [D, D] view of one row: dense mat, stride 0
+    _check_inplace(torch.randn(4, 64, generator=g), one / 64, s[:4], c[:4])
+
+
+def test_tables_from_the_same_buffer_as_x_but_disjoint():
+    # x, sin and cos are interleaved views of one buffer with no byte in common: accepted.
+    buf = torch.randn(5, 3, 64)
+    x, sin, cos = buf.unbind(1)
+    sin_c, cos_c = sin.clone(), cos.clone()
+    _check_inplace(x, get_half_matrix(64, dtype=torch.float32), sin, cos)
+    assert torch.equal(sin, sin_c) and torch.equal(cos, cos_c)
+
+
+# ---- refusals, each with its true reason --------------------------------------------------------
+
+
+def test_refuses_x_that_overlaps_itself():
+    mat = get_half_matrix(64)
+    sin, cos = _tables(4, 64)
+    x = torch.randn(1, 64).bfloat16().expand(4, 64)
+    with pytest.raises(ValueError, match=r"x overlaps itself .*use the out-of-place rope_matrix"):
+        ext.rope_matrix_(x, mat, sin, cos)
+    # No zero stride, still overlapping: rows 1 element apart.
+    storage = torch.randn(128).bfloat16()
+    x = storage.as_strided((4, 64), (1, 1))
+    with pytest.raises(ValueError, match="x overlaps itself"):
+        ext.rope_matrix_(x, mat, sin, cos)
+    # Strides (2, 3) with sizes (4, 3): 3*2 + 0*3 == 0*2 + 2*3 -> the same element twice.
+    x = torch.randn(16 * 64).bfloat16().as_strided((4, 3, 64), (2 * 64, 3 * 64, 1))
+    with pytest.raises(ValueError, match="x overlaps itself"):
+        ext.rope_matrix_(x, mat, _tables(3, 64)[0], _tables(3, 64)[1])
+
+
+@pytest.mark.parametrize("name", ["mat", "sin", "cos"])
+def test_refuses_x_sharing_memory_with(name):
+    buf = torch.randn(4 * 64 + 64 * 64)
+    x = buf[: 4 * 64].view(4, 64)
+    args = {"mat": get_half_matrix(64, dtype=torch.float32), "sin": _tables(4, 64)[0], "cos": _tables(4, 64)[1]}
+    if name == "mat":
+        args["mat"] = buf[64 * 3 : 64 * 3 + 64 * 64].view(64, 64)  # starts inside x's last row
+    else:
+        args[name] = buf[64:].view(-1, 64)[:4]  # rows 1..3 of x and one more
+    before = x.clone()
+    with pytest.raises(ValueError, match=rf"x shares memory with {name} .*pass {name}.clone\(\)"):
+        ext.rope_matrix_(x, args["mat"], args["sin"], args["cos"])
+    assert torch.equal(x, before)
+
+
+def test_refuses_interleaved_views_that_share_one_element():
+    # x = buf[:, 0] and sin = buf[:, ::2] interleave; they share element column 0 of each row.
+    buf = torch.randn(4, 2, 64)
+    x = buf[:, 0]
+    sin = buf.view(4, 128)[:, 32:96]  # the last half of x's row and the first of the next block
+    with pytest.raises(ValueError, match="x shares memory with sin"):
+        ext.rope_matrix_(x, get_half_matrix(64, dtype=torch.float32), sin, torch.ones(64))
+    # The same shapes one element further: no byte in common -> accepted.
+    sin_ok = buf.view(4, 128)[:, 64:128]
+    _check_inplace(x, get_half_matrix(64, dtype=torch.float32), sin_ok, torch.ones(64))
+
+
+def test_refuses_the_same_tensor_as_table():
+    x = torch.randn(4, 64)
+    with pytest.raises(ValueError, match="x shares memory with cos"):
+        ext.rope_matrix_(x, get_half_matrix(64, dtype=torch.float32), torch.ones(64), x)
+
+
+# ---- autograd rules and torch.compile -----------------------------------------------------------
+
+
+def test_view_of_leaf_requiring_grad_is_refused():
+    qkv = torch.randn(1, 4, 3, 2, 64, requires_grad=True)
+    sin, cos = _tables(4, 64)
+    with pytest.raises(RuntimeError, match="x requires grad"):
+        ext.rope_matrix_(qkv[:, :, 0], get_half_matrix(64, dtype=torch.float32), sin[:, None], cos[:, None])
+
+
+def test_in_place_bumps_the_version_of_the_packed_buffer():
+    # A graph that saved qkv before q was rotated in place fails at backward instead of computing
+    # a wrong gradient (the view shares qkv's version counter).
+    w = torch.randn(4, 2, 64, requires_grad=True)
+    qkv = w * 2
+    y = (qkv * qkv).sum()  # saves qkv
+    q = qkv.detach()[:, 0]
+    v0 = qkv._version
+    sin, cos = _tables(4, 64)
+    ext.rope_matrix_(q, get_half_matrix(64, dtype=torch.float32), sin, cos)
+    assert qkv._version > v0
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.backward()
+
+
+def test_in_place_in_inference_mode_on_packed_qkv():
+    with torch.inference_mode():
+        qkv = torch.randn(2, 8, 3, 2, 64).bfloat16()
+        q = qkv[:, :, 0]
+        expected = ops.rope_matrix(q, get_half_matrix(64), *(t[:, None] for t in _tables(8, 64)))
+        ext.rope_matrix_(q, get_half_matrix(64), *(t[:, None] for t in _tables(8, 64)))
+        torch.testing.assert_close(q, expected, rtol=0, atol=0)
+
+
+def test_compiled_in_place_on_packed_qkv():
+    mat = get_half_matrix(64)
+    sin, cos = (t[:, None] for t in _tables(8, 64))
+
+    def f(qkv):
+        q, k, _ = qkv.unbind(2)
+        ext.rope_matrix_(q, mat, sin, cos)
+        ext.rope_matrix_(k, mat, sin, cos)
+        return qkv
+
+    qkv = torch.randn(2, 8, 3, 2, 64).bfloat16()
+    expected = f(qkv.clone())
+    torch._dynamo.reset()
+    got = torch.compile(f, fullgraph=True)(qkv.clone())
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def test_fake_kernel_refuses_like_eager():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mat = get_half_matrix(64)
+    sin, cos = _tables(4, 64)
+    x = torch.randn(1, 64).bfloat16().expand(4, 64)
+    with FakeTensorMode() as mode:
+        fx, fm, fs, fc = (mode.from_tensor(t) for t in (x, mat, sin, cos))
+        with pytest.raises(ValueError, match="x overlaps itself"):
+            ops.rope_matrix_(fx, fm, fs, fc)
+        q = mode.from_tensor(torch.randn(2, 4, 3, 64).bfloat16())[:, :, 0]
+        ops.rope_matrix_(q, fm, fs, fc)  # a packed view is fine

@@ -1,0 +1,83 @@
+"""The memory-limit copy (_stream_copy) and the sweep CLI on a tiny grid (a few seconds)."""
+import csv
+
+import npu_ops_transformer_ext  # noqa: F401
+import pytest
+import torch
+from npu_ops_transformer_ext import sweep
+
+_copy = torch.ops.npu_ops_transformer_ext._stream_copy
+
+
+@pytest.mark.parametrize("nontemporal", [True, False])
+@pytest.mark.parametrize("nbytes", [0, 1, 63, 64, 65, 1000, 64 * 1024 + 3, 3 * 64 * 1024 + 129, 5 << 20])
+@pytest.mark.parametrize("offset", [0, 1, 17])
+def test_stream_copy_copies_every_byte(nbytes, offset, nontemporal):
+    # out starts at a byte offset, so its first streaming store is not at a cache-line boundary.
+    g = torch.Generator().manual_seed(nbytes + offset)
+    x = torch.randint(0, 256, (nbytes,), generator=g, dtype=torch.uint8)
+    buf = torch.zeros(nbytes + offset + 64, dtype=torch.uint8)
+    out = buf[offset:offset + nbytes]
+    tables = [torch.randn(7, 5), torch.randn(3)]
+    _copy(x, out, tables, nontemporal)
+    assert torch.equal(out, x)
+    assert not buf[:offset].any() and not buf[offset + nbytes:].any()  # nothing written outside
+
+
+def test_stream_copy_threads_and_dtypes():
+    total = torch.get_num_threads()
+    try:
+        for threads in (1, total):
+            torch.set_num_threads(threads)
+            x = torch.randn(24, 700, 128).bfloat16()
+            out = torch.empty_like(x)
+            _copy(x, out, [torch.randn(700, 128)])
+            assert torch.equal(out, x)
+    finally:
+        torch.set_num_threads(total)
+
+
+def test_stream_copy_rejects_bad_arguments():
+    x = torch.randn(10)
+    with pytest.raises(RuntimeError, match="as many bytes"):
+        _copy(x, torch.empty(9), [])
+    with pytest.raises(RuntimeError, match="contiguous"):
+        _copy(torch.randn(4, 4).t(), torch.empty(4, 4), [])
+
+
+def test_limit_fn_moves_the_bytes():
+    x = torch.randn(2, 3, 64, 128).half()
+    fn = sweep.limit_fn(x, [torch.randn(64, 128)], calls=2)
+    assert fn.store in ("nontemporal", "temporal")
+    fn()
+    assert sweep.limit_of("rope_matrix_qk") == "limit_qk" and sweep.limit_of("copy_") == "limit"
+
+
+def test_sweep_tiny_grid(tmp_path, capsys):
+    csv_path, png = tmp_path / "s.csv", tmp_path / "s.png"
+    sweep.main(["--sizes", "256,512", "--dtypes", "bfloat16,float32", "--modes", "half,3d",
+                "--threads", "1,all", "--warmup", "1", "--iters", "3", "--csv", str(csv_path),
+                "--plot", str(png), "--quiet"])
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    threads = sorted({int(r["threads"]) for r in rows})
+    assert threads == sorted({1, torch.get_num_threads()})
+    provs = {r["provider"] for r in rows}
+    assert provs == {"rope_matrix", "rope_matrix_qk", "limit", "limit_qk", "copy_"}
+    cells = {(r["S"], r["dtype"], r["layout"], r["mode"], r["threads"]) for r in rows if r["provider"] == "rope_matrix"}
+    assert len(cells) == 2 * 2 * 2 * 2 * len(threads)  # S x dtype x layout x mode x threads
+    for r in rows:
+        assert float(r["median_ms"]) > 0 and float(r["x_limit"]) > 0
+        if r["provider"] == "limit":
+            assert float(r["x_limit"]) == 1.0 and r["store"] in ("nontemporal", "temporal")
+    out = capsys.readouterr().out
+    assert "| S |" in out and "bfloat16 BNSD" in out
+    pytest.importorskip("matplotlib")
+    assert png.stat().st_size > 1000
+
+
+def test_sweep_rejects_unknown_values():
+    with pytest.raises(SystemExit):
+        sweep.main(["--dtypes", "int8"])
+    with pytest.raises(SystemExit):
+        sweep.main(["--threads", "0"])
