@@ -103,11 +103,14 @@ struct RotatePlan {
   uint16_t dp_lo_bits = 0, dp_hi_bits = 0;
 };
 
-// The order in which every dense GEMM (every ISA) accumulates the rows of y: 1, 0, 3, 2, ... (each
-// pair's odd row first, as vdpbf16ps does), an odd D's last row last. With one fused multiply-add
-// per step (vdpbf16ps's products of bf16 are exact, see dp_lo_bits) the result is then the same on
-// every ISA.
-inline int64_t dense_row_order(int64_t k, int64_t D) { return (k ^ 1) < D ? (k ^ 1) : k; }
+// The order in which every dense GEMM (every ISA) accumulates the rows of y: 0, 1, 2, ..., except
+// for bf16 x with a y that has y_bf16_pairs (the GEMM AVX512_BF16 may take): 1, 0, 3, 2, ... (each
+// pair's odd row first, as vdpbf16ps does). With one fused multiply-add per step (vdpbf16ps's
+// products of bf16 are exact, see dp_lo_bits) the result is then the same on every ISA.
+inline bool dense_pairwise(const RotatePlan& plan, bool x_is_bf16) { return x_is_bf16 && !plan.y_bf16_pairs.empty(); }
+inline int64_t dense_row_order(int64_t k, int64_t D, bool pairwise) {
+  return pairwise && (k ^ 1) < D ? (k ^ 1) : k;
+}
 
 // Inspects y ([D, D], any dtype/strides) in O(D^2) and compiles it.
 RotatePlan make_rotate_plan(const at::Tensor& y);

@@ -357,10 +357,10 @@ void dense_rows_driver(const RotatePlan& plan, const RowBatch& b, void* scratch,
 
 // fp32 GEMM on the fp32 rows: fp32 FMAs (one rounding per step, as the portable kernels do it)
 // over the rows of y in dense_row_order, so the same bits on every ISA.
-inline void gemm_fp32(const float* y, int64_t D, int64_t Dp, DenseAcc& acc, const float* xf, int64_t ld,
-                      int64_t j0, int nv) {
+inline void gemm_fp32(const float* y, int64_t D, int64_t Dp, bool pairwise, DenseAcc& acc, const float* xf,
+                      int64_t ld, int64_t j0, int nv) {
   for (int64_t k = 0; k < D; ++k) {
-    const int64_t i = dense_row_order(k, D);
+    const int64_t i = dense_row_order(k, D, pairwise);
     const float* yi = y + i * Dp + j0;
     __m512 yv[kDenseVecs];
     for (int v = 0; v < kDenseVecs; ++v) yv[v] = v < nv ? _mm512_loadu_ps(yi + v * kLanes) : _mm512_setzero_ps();
@@ -375,8 +375,9 @@ template <typename T>
 void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   const int64_t D = plan.D, Dp = plan.Dp;
   const float* y = plan.y32.data();
+  const bool pairwise = dense_pairwise(plan, std::is_same_v<T, c10::BFloat16>);
   dense_rows_driver<T>(plan, b, scratch, [&](DenseAcc& acc, const float* xf, int64_t ld, const T* const*, int64_t j0, int nv) {
-    gemm_fp32(y, D, Dp, acc, xf, ld, j0, nv);
+    gemm_fp32(y, D, Dp, pairwise, acc, xf, ld, j0, nv);
   });
 }
 
@@ -412,7 +413,7 @@ void dense_rows_dpbf16(const RotatePlan& plan, const RowBatch& b, void* scratch)
   bool dp_exact = true;
   dense_rows_driver<T>(plan, b, scratch, [&](DenseAcc& acc, const float* xf, int64_t ld, const T* const* xs, int64_t j0, int nv) {
     if (j0 == 0) dp_exact = dpbf16_rows_exact(xs, D, plan.dp_lo_bits, plan.dp_hi_bits);
-    if (!dp_exact) return gemm_fp32(plan.y32.data(), D, Dp, acc, xf, ld, j0, nv);
+    if (!dp_exact) return gemm_fp32(plan.y32.data(), D, Dp, true, acc, xf, ld, j0, nv);
     for (int64_t i2 = 0; i2 < D / 2; ++i2) {
       const T* yi = yp + (i2 * Dp + j0) * 2;
       __m512i yv[kDenseVecs];

@@ -70,6 +70,7 @@ void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   } else {
     y = plan.y32.data();
   }
+  const bool pairwise = dense_pairwise(plan, std::is_same_v<T, c10::BFloat16>);
   for (int64_t r = 0; r < b.n; ++r) {
     const auto [x, out, cs, sn] = BatchRow<T, C>(b, r);
     for (int64_t j = 0; j < D; ++j) {
@@ -77,7 +78,7 @@ void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
       acc[j] = C(0);
     }
     for (int64_t k = 0; k < D; ++k) {  // rows of y in the order every ISA takes (rotate_plan.h)
-      const int64_t i = dense_row_order(k, D);
+      const int64_t i = dense_row_order(k, D, pairwise);
       const C xi = xf[i];
       const C* yi = y + i * Dp;
       for (int64_t j = 0; j < D; ++j) acc[j] = fused_multiply_add(xi, yi[j], acc[j]);

@@ -246,15 +246,18 @@ def _assert_same_bits(outs, expected=None):
 
 
 def _dense_contract(x, y, sin, cos):
-    # The dense contract step by step: x @ y accumulated in fp32 over the rows of y in the order
-    # 1, 0, 3, 2, ..., one fused multiply-add each (emulated in fp64: the product is exact there),
-    # rounded to x.dtype, then x*cos + xy*sin in fp32 ops.
+    # The dense contract step by step: x @ y accumulated in fp32 over the rows of y in order (bf16
+    # x with a y exact in bf16, none subnormal, D even: 1, 0, 3, 2, ...), one fused multiply-add
+    # each (emulated in fp64: the product is exact there), rounded to x.dtype, then x*cos + xy*sin
+    # in fp32 ops.
     d = x.shape[-1]
     xf, yf = x.float(), y.float()
+    sub = (yf != 0) & (yf.abs() < torch.finfo(torch.float32).tiny)
+    pairwise = x.dtype == torch.bfloat16 and d % 2 == 0 and torch.equal(yf.bfloat16().float(), yf) and not sub.any()
     xd, yd = xf.double().movedim(-1, 0).unsqueeze(-1), yf.double()
     acc = torch.zeros(x.shape[:-1] + (d,))
     for k in range(d):
-        i = k ^ 1 if (k ^ 1) < d else k
+        i = k ^ 1 if pairwise and (k ^ 1) < d else k
         acc = torch.addcmul(acc.double(), xd[i], yd[i]).float()
     xy = acc.to(x.dtype).float()
     return (xf * cos.float() + xy * sin.float()).to(x.dtype)
