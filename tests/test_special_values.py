@@ -362,9 +362,4 @@ def test_dense_subnormals_not_flushed(dt):
             assert_bit_exact(out, ref, f"cpu[{isa}]")
         except AssertionError as e:
             failed.append((isa, str(e)))
-    if failed and all(isa == "avx512_bf16" and dt == "bf16" for isa, _ in failed):
-        pytest.xfail(
-            "the AVX512_BF16 dot-product (vdpbf16ps) treats subnormal inputs and products as zero "
-            f"for a dense y with bf16 x; the other kernel families keep them: {failed[0][1]}"
-        )
     assert not failed, failed
