@@ -41,6 +41,7 @@ def test_tables_by_keyword():
     assert not torch.equal(ext.rope_matrix(x, y, sin=cos, cos=sin), ref)
     qo, ko = ext.rope_matrix_qk(x, x * 2, y, cos=cos, sin=sin)
     assert torch.equal(qo, ref)
+    assert torch.equal(ko, ext.rope_matrix(x * 2, y, sin=sin, cos=cos))
     x2 = x.clone()
     ext.rope_matrix_(x2, y, cos=cos, sin=sin)
     assert torch.equal(x2, ref)

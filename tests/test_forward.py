@@ -380,6 +380,7 @@ def test_rank_above_16(rank, layout):
     torch.testing.assert_close(op(x, yd, sin, cos), rope_matrix_reference(x, yd, sin, cos),
                                rtol=TOL[torch.bfloat16], atol=TOL[torch.bfloat16])
     q, k = torch.ops.npu_ops_transformer_ext.rope_matrix_qk(x, x * 2, y, sin, cos)
+    torch.testing.assert_close(q, op(x, y, sin, cos), rtol=0, atol=0)
     torch.testing.assert_close(k, op(x * 2, y, sin, cos), rtol=0, atol=0)
     xi = x.contiguous()
     torch.ops.npu_ops_transformer_ext.rope_matrix_(xi, y, sin, cos)

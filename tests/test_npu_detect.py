@@ -32,7 +32,8 @@ def _configure(tmp_path: Path, cann: Path | None) -> str:
         env["ASCEND_HOME_PATH"] = str(cann)
     build = tmp_path / "build"
     shutil.rmtree(build, ignore_errors=True)
-    r = subprocess.run([CMAKE, "-S", str(proj), "-B", str(build)], capture_output=True, text=True, env=env, timeout=120)
+    r = subprocess.run([CMAKE, "-S", str(proj), "-B", str(build)], capture_output=True, text=True, env=env,
+                       timeout=120, check=False)
     assert r.returncode == 0, r.stderr
     return next(ln for ln in r.stdout.splitlines() if "npu_ops_transformer_ext:" in ln)
 

@@ -65,7 +65,7 @@ def _fetch_wheel() -> tuple[Path | None, str]:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--timeout", "30",
                "-q", "-d", str(wheels), spec]
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
         except (OSError, subprocess.TimeoutExpired) as e:
             last = str(e)
             continue
@@ -94,9 +94,9 @@ def _extract_headers(whl: Path) -> Path:
 
 # ---- launch wrappers, as ascendc_library generates them ---------------------------------------------
 _ENTRY_MACRO = re.compile(
-    r"#define\s+(\w+)\(\s*(\w+)[^)]*\)\s*\\?\s*extern\s+\"C\"\s+__global__\s+__aicore__\s+void\s+\2\s*\(([^)]*)\)", re.S
+    r"#define\s+(\w+)\(\s*(\w+)[^)]*\)\s*\\?\s*extern\s+\"C\"\s+__global__\s+__aicore__\s+void\s+\2\s*\(([^)]*)\)", re.DOTALL
 )
-_DIRECT = re.compile(r"extern\s+\"C\"\s+__global__\s+__aicore__\s+void\s+(\w+)\s*\(([^)]*)\)", re.S)
+_DIRECT = re.compile(r"extern\s+\"C\"\s+__global__\s+__aicore__\s+void\s+(\w+)\s*\(([^)]*)\)", re.DOTALL)
 
 
 def kernel_entries(sources) -> dict[str, list[str]]:
@@ -113,7 +113,7 @@ def kernel_entries(sources) -> dict[str, list[str]]:
             if name not in {mm.group(2) for mm in _ENTRY_MACRO.finditer(text)}:
                 out[name] = _params(m.group(2))
         for macro, params in macros.items():
-            for call in re.finditer(rf"^\s*{macro}\(\s*(\w+)", text, re.M):
+            for call in re.finditer(rf"^\s*{macro}\(\s*(\w+)", text, re.MULTILINE):
                 out[call.group(1)] = _params(params)
     return out
 
@@ -143,7 +143,7 @@ def _compile(src: Path, includes: list[Path]) -> subprocess.CompletedProcess:
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
     cmd = ["g++", "-std=c++17", "-fsyntax-only", "-H", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
            "-DTORCH_EXTENSION_NAME=_C"] + [f"-I{p}" for p in includes] + [str(src)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
 
 
 def _errors(r: subprocess.CompletedProcess) -> list[str]:

@@ -175,7 +175,7 @@ def test_perm_kernel_special_values_bit_compared(dt, tdt, mode):
     tdtype = dtype if tdt == "x" else torch.float32
     s, d = 41, 64
     vals = torch.tensor(_specials(dtype), dtype=torch.float32)
-    pick = lambda n: vals[torch.randint(len(vals), (n,), generator=g)]  # noqa: E731
+    pick = lambda n: vals[torch.randint(len(vals), (n,), generator=g)]
     x = torch.randn(2, 3, s, d, generator=g)
     mask = torch.rand(x.shape, generator=g) < 0.15
     x[mask] = pick(int(mask.sum()))
@@ -198,7 +198,7 @@ def test_perm_kernel_inf_and_signed_zero_are_exact():
     s = c = torch.full((16,), 0.5)
     x = torch.ones(2, 16, dtype=torch.bfloat16)
     x[0, 3] = float("inf")
-    out, rep = twin.run(x, y, s, c, kernel="perm")
+    out, _ = twin.run(x, y, s, c, kernel="perm")
     assert torch.isinf(out[0, 3]) and torch.isinf(out[0, 11])
     assert torch.isfinite(out[0, [i for i in range(16) if i not in (3, 11)]]).all()
     _assert_same_bits(out, _op(x, y, s, c))
