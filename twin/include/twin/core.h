@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "twin/hazard.h"
+
 namespace twin {
 
 enum class CoreType { AIC, AIV };
@@ -98,6 +100,8 @@ struct CoreCtx {
   std::string published_what;
   // intra-core SetFlag/WaitFlag bits: [event][id]
   uint8_t hw_flags[64][8] = {};
+  // the asynchronous pipes of this core and the last accesses per UB block (rule `pipe-race`)
+  PipeModel pipes;
 };
 
 class Launch;
