@@ -224,6 +224,12 @@ inline int que_producer(AscendC::TPosition pos) {
 inline int que_consumer(AscendC::TPosition pos) {
   return pos == AscendC::TPosition::VECIN ? kPipeV : pos == AscendC::TPosition::VECOUT ? kPipeMte3 : -1;
 }
+// UB initcheck: true when all `n` shadow bytes at `d` are defined.
+inline bool all_defined(const uint8_t* d, size_t n) {
+  for (size_t k = 0; k < n; ++k)
+    if (!d[k]) return false;
+  return true;
+}
 // Starts an instruction on `pipe` of the calling core's hazard model.
 inline void issue(int pipe, const char* api) { core().pipes.issue(pipe, api); }
 
@@ -304,6 +310,7 @@ class LocalTensor {
     check(1, ::twin::Role::Scalar, "LocalTensor::GetValue", i, false);
     ::twin::issue(::twin::kPipeS, "LocalTensor::GetValue");
     touch(::twin::kPipeS, i * sizeof(T), sizeof(T), false);
+    require_defined("LocalTensor::GetValue", i * sizeof(T), sizeof(T));
     T v;
     std::memcpy(&v, ptr() + i, sizeof(T));
     return v;
@@ -313,6 +320,7 @@ class LocalTensor {
     check(1, ::twin::Role::Scalar, "LocalTensor::SetValue", i, false);
     ::twin::issue(::twin::kPipeS, "LocalTensor::SetValue");
     touch(::twin::kPipeS, i * sizeof(T), sizeof(T), true);
+    set_defined(i * sizeof(T), sizeof(T), true);
     std::memcpy(ptr() + i, &v, sizeof(T));
   }
   template <typename U>
@@ -331,6 +339,21 @@ class LocalTensor {
   // current instruction of `pipe` (hazard model).
   void touch(int pipe, uint64_t byte_first, uint64_t bytes, bool write) const {
     ::twin::core().pipes.access(pipe, off_ + byte_first, bytes, write);
+  }
+  // UB initcheck shadow (one byte per UB byte) of this tensor's first byte.
+  uint8_t* defs() const { return ::twin::core().ub_def.data() + off_; }
+  void set_defined(uint64_t byte_first, uint64_t bytes, bool v) const { std::memset(defs() + byte_first, v ? 1 : 0, bytes); }
+  // Bytes about to leave the core (to GM or the scalar unit) must hold written values.
+  void require_defined(const char* api, uint64_t byte_first, uint64_t bytes) const {
+    const uint8_t* d = defs() + byte_first;
+    for (uint64_t k = 0; k < bytes; ++k) {
+      if (!d[k]) {
+        ::twin::fail("uninitialized-read",
+                     ::twin::str(api, " takes UB bytes [", off_ + byte_first, ", ", off_ + byte_first + bytes,
+                                 ") of which byte ", off_ + byte_first + k, " holds no value written in this launch ",
+                                 "(nor one computed only from written values): the NPU would use stale UB content"));
+      }
+    }
   }
   // GM -> UB copies land only in VECIN / VECOUT buffers on A2 (the MTE2 path of a TBuf<VECCALC>
   // or another position is not a valid copy target).
@@ -701,6 +724,7 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
   src.account(0, bytes, false);
   ::twin::issue(::twin::kPipeMte2, "DataCopy(GM->UB)");
   dst.touch(::twin::kPipeMte2, 0, bytes, true);
+  dst.set_defined(0, bytes, true);
   std::memcpy(dst.ptr(), src.raw(), bytes);
 }
 
@@ -720,6 +744,7 @@ __aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>
   dst.account(0, bytes, true);
   ::twin::issue(::twin::kPipeMte3, "DataCopy(UB->GM)");
   src.touch(::twin::kPipeMte3, 0, bytes, false);
+  src.require_defined("DataCopy(UB->GM)", 0, bytes);
   std::memcpy(dst.raw(), src.ptr(), bytes);
 }
 
@@ -739,6 +764,7 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
   for (uint32_t i = 0; i < p.blockCount; ++i) {
     src.account(i * (blen + sg), blen, false);
     dst.touch(::twin::kPipeMte2, i * (blen + dg), blen, true);
+    dst.set_defined(i * (blen + dg), blen, true);
     std::memcpy(reinterpret_cast<uint8_t*>(dst.ptr()) + i * (blen + dg),
                 reinterpret_cast<const uint8_t*>(src.raw()) + i * (blen + sg), blen);
   }
@@ -758,6 +784,7 @@ __aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>
   for (uint32_t i = 0; i < p.blockCount; ++i) {
     dst.account(i * (blen + dg), blen, true);
     src.touch(::twin::kPipeMte3, i * (blen + sg), blen, false);
+    src.require_defined("DataCopy(UB->GM, params)", i * (blen + sg), blen);
     std::memcpy(reinterpret_cast<uint8_t*>(dst.raw()) + i * (blen + dg),
                 reinterpret_cast<const uint8_t*>(src.ptr()) + i * (blen + sg), blen);
   }
@@ -790,6 +817,8 @@ __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor
   for (uint32_t i = 0; i < p.blockCount; ++i) {
     src.account(i * gm_pitch, blen, false);
     dst.touch(::twin::kPipeMte2, i * ub_pitch, ub_block, true);
+    dst.set_defined(i * ub_pitch, blen, true);
+    dst.set_defined(i * ub_pitch + blen, ub_block - blen, pad.isPad);  // padding without a value: undefined
     std::memcpy(d + i * ub_pitch, reinterpret_cast<const uint8_t*>(src.raw()) + i * gm_pitch, blen);
     // Padding: the pad value when requested, otherwise "undefined" -> poison (all-ones bytes, a NaN).
     for (uint64_t b = blen; b < ub_block; b += sizeof(T)) {
@@ -821,6 +850,7 @@ __aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor
   for (uint32_t i = 0; i < p.blockCount; ++i) {
     dst.account(i * gm_pitch, blen, true);
     src.touch(::twin::kPipeMte3, i * ub_pitch, blen, false);
+    src.require_defined("DataCopyPad(UB->GM)", i * ub_pitch, blen);
     std::memcpy(reinterpret_cast<uint8_t*>(dst.raw()) + i * gm_pitch, s + i * ub_pitch, blen);
   }
 }
@@ -862,12 +892,17 @@ inline void binary(const char* api, const LocalTensor<T>& dst, const LocalTensor
   T* d = dst.ptr();
   const T* x = a.ptr();
   const T* y = b.ptr();
+  uint8_t* dd = dst.defs();
+  const uint8_t* ad = a.defs();
+  const uint8_t* bd = b.defs();
   for (int32_t i = 0; i < count; ++i) {
     if constexpr (std::is_same<T, float>::value) {
       d[i] = f(x[i], y[i]);
     } else {
       d[i] = ::twin::from_float_rint<T>(f(::twin::to_float(x[i]), ::twin::to_float(y[i])));
     }
+    const bool v = ::twin::all_defined(ad + i * sizeof(T), sizeof(T)) && ::twin::all_defined(bd + i * sizeof(T), sizeof(T));
+    std::memset(dd + i * sizeof(T), v, sizeof(T));
   }
 }
 }  // namespace detail
@@ -945,6 +980,11 @@ __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src
   dst.touch(::twin::kPipeV, 0, count * sizeof(T), true);
   T* d = dst.ptr();
   const U* s = src.ptr();
+  {
+    uint8_t* dd = dst.defs();
+    const uint8_t* sd = src.defs();
+    for (uint32_t i = 0; i < count; ++i) std::memset(dd + i * sizeof(T), ::twin::all_defined(sd + i * sizeof(U), sizeof(U)), sizeof(T));
+  }
   for (uint32_t i = 0; i < count; ++i) {
     if constexpr (up_bf || up_h) {
       d[i] = ::twin::to_float(s[i]);

@@ -162,6 +162,7 @@ void Launch::run(const std::function<void()>& body) {
       c->name = str("AIV_", c->block * aiv_per_block + c->sub);
       c->slot = 2 * c->block + c->sub;
       c->ub.assign(kUbTotalBytes, 0xA5);  // stale-looking UB content
+      c->ub_def.assign(kUbTotalBytes, 0);
     }
     stats_[i].name = c->name;
     stats_[i].type = c->type;

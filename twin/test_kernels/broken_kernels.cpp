@@ -322,3 +322,31 @@ BROKEN_ENTRY(test_only_synced_overwrite_after_copy_out) {
   Ctx c = load(x, out, tiling);
   overwrite_after_copy_out(c, true);
 }
+
+// UB initcheck: an Add of a filled TBuf and a TBuf nothing wrote, copied out to GM. (Vector ops
+// may compute on unwritten UB, as padding columns do; what reaches GM must have been written.)
+BROKEN_ENTRY(test_only_ub_uninitialized_reaches_gm) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TBuf<TPosition::VECCALC> a, b;
+    TQue<TPosition::VECOUT, 1> q;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    pipe.InitBuffer(q, 1, 256);
+    LocalTensor<float> fa = a.Get<float>();
+    LocalTensor<float> fb = b.Get<float>();
+    Duplicate(fa, 1.0f, 64);
+    Duplicate(fb, 2.0f, 32);  // the second half of b stays unwritten
+    LocalTensor<float> o = q.AllocTensor<float>();
+    Add(o, fa, fb, 64);
+    q.EnQue(o);
+    o = q.DeQue<float>();
+    DataCopyExtParams p{1, 64 * sizeof(bfloat16_t), 0, 0, 0};
+    DataCopyPad(c.out[GetBlockIdx() * c.t.d], o.ReinterpretCast<bfloat16_t>(), p);
+    DataCopyExtParams p2{1, 128 * sizeof(bfloat16_t), 0, 0, 0};
+    DataCopyPad(c.out[GetBlockIdx() * c.t.d], o.ReinterpretCast<bfloat16_t>(), p2);
+    q.FreeTensor(o);
+  }
+}

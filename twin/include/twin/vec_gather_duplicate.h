@@ -21,6 +21,9 @@ __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& s
   const uint32_t* off = srcOffset.ptr();
   const uint8_t* base = reinterpret_cast<const uint8_t*>(src.ptr());
   std::vector<T> tmp(count);
+  std::vector<uint8_t> tdef(count);
+  const uint8_t* od = srcOffset.defs();
+  const uint8_t* sd = src.defs();
   uint64_t lo = ~0ull, hi = 0;  // dst may alias src on the NPU only through separate instructions
   for (uint32_t i = 0; i < count; ++i) {
     const uint64_t o = static_cast<uint64_t>(off[i]) + srcBaseOffset;
@@ -30,6 +33,7 @@ __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& s
                                                 "-byte source"));
     }
     std::memcpy(&tmp[i], base + o, sizeof(T));
+    tdef[i] = ::twin::all_defined(od + i * 4, 4) && ::twin::all_defined(sd + o, sizeof(T));
     lo = std::min<uint64_t>(lo, o);
     hi = std::max<uint64_t>(hi, o + sizeof(T));
   }
@@ -38,6 +42,8 @@ __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& s
   src.touch(::twin::kPipeV, lo, hi - lo, false);  // the span the offsets reach
   dst.touch(::twin::kPipeV, 0, count * sizeof(T), true);
   std::memcpy(dst.ptr(), tmp.data(), count * sizeof(T));
+  uint8_t* dd = dst.defs();
+  for (uint32_t i = 0; i < count; ++i) std::memset(dd + i * sizeof(T), tdef[i], sizeof(T));
 }
 
 // dst[i] = scalarValue for i < count.
@@ -50,6 +56,7 @@ __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue
   dst.check(count, ::twin::Role::VecWrite, "Duplicate");
   ::twin::issue(::twin::kPipeV, "Duplicate");
   dst.touch(::twin::kPipeV, 0, count * sizeof(T), true);
+  dst.set_defined(0, count * sizeof(T), true);
   T* d = dst.ptr();
   for (int32_t i = 0; i < count; ++i) d[i] = scalarValue;
 }
@@ -71,6 +78,7 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>&
   src.touch(::twin::kPipeV, 0, bytes, false);
   dst.touch(::twin::kPipeV, 0, bytes, true);
   std::memmove(dst.ptr(), src.ptr(), bytes);
+  std::memmove(dst.defs(), src.defs(), bytes);
 }
 
 }  // namespace AscendC
