@@ -42,11 +42,17 @@ KERNEL_VARIANTS = [
     ("test_only_datacopy_into_vecalc", "datacopy-position", "AIV_"),
     ("test_only_uninitialized_workspace_read", "uninitialized-read", "AIV_"),
     ("test_only_flag_pipe_mismatch", "flag-pipe-mismatch", "AIV_"),
+    ("test_only_pipe_race_tbuf_read", "pipe-race", "AIV_"),
+    ("test_only_pipe_race_overwrite_after_copy_out", "pipe-race", "AIV_"),
+    ("test_only_ub_uninitialized_reaches_gm", "uninitialized-read", "AIV_"),
 ]
+
+# The pipe-race kernels with their synchronisation added: they must pass (test_twin_pipes.py).
+SYNCED_VARIANTS = ["test_only_synced_tbuf_read", "test_only_synced_overwrite_after_copy_out"]
 
 
 def test_every_test_only_variant_is_covered():
-    assert sorted(twin._twin.test_only_variants()) == sorted(v for v, _, _ in KERNEL_VARIANTS)
+    assert sorted(twin._twin.test_only_variants()) == sorted([v for v, _, _ in KERNEL_VARIANTS] + SYNCED_VARIANTS)
 
 
 @pytest.mark.parametrize(
@@ -86,6 +92,15 @@ def test_uninitialized_read_names_the_byte():
     with pytest.raises(twin.TwinError) as ei:
         twin._run(x, y, sin, cos, soc="Ascend910B3", variant="test_only_uninitialized_workspace_read")
     assert "read of GM 'workspace' bytes [0, 256) includes byte 0 that nothing wrote" in str(ei.value)
+
+
+def test_ub_uninitialized_read_names_the_byte():
+    # The first copy-out (the 32 floats both inputs wrote) passes; the second reaches byte 128 of
+    # the VECOUT buffer (at UB 512), computed from a never-written byte of the second TBuf.
+    x, y, sin, cos = _inputs()
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", variant="test_only_ub_uninitialized_reaches_gm")
+    assert "DataCopyPad(UB->GM) takes UB bytes [512, 768) of which byte 640 holds no value" in str(ei.value)
 
 
 def test_original_split_reads_past_the_tables():

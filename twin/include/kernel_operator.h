@@ -212,7 +212,26 @@ struct BufInfo {
   const void* owner = nullptr;  // the TQue / TBuf
   bool is_tbuf = false;
   const char* owner_name = "";
+  // hazard model: vc of the producing pipe at EnQue, of the consuming pipe at FreeTensor
+  VClock enq_snap{}, free_snap{};
 };
+
+// The pipes a TQue's implied hardware events connect: VECIN is filled by MTE2 and read by V,
+// VECOUT filled by V and drained by MTE3; other positions imply no event (-1).
+inline int que_producer(AscendC::TPosition pos) {
+  return pos == AscendC::TPosition::VECIN ? kPipeMte2 : pos == AscendC::TPosition::VECOUT ? kPipeV : -1;
+}
+inline int que_consumer(AscendC::TPosition pos) {
+  return pos == AscendC::TPosition::VECIN ? kPipeV : pos == AscendC::TPosition::VECOUT ? kPipeMte3 : -1;
+}
+// UB initcheck: true when all `n` shadow bytes at `d` are defined.
+inline bool all_defined(const uint8_t* d, size_t n) {
+  for (size_t k = 0; k < n; ++k)
+    if (!d[k]) return false;
+  return true;
+}
+// Starts an instruction on `pipe` of the calling core's hazard model.
+inline void issue(int pipe, const char* api) { core().pipes.issue(pipe, api); }
 
 class Pipe {
  public:
@@ -289,6 +308,9 @@ class LocalTensor {
   __aicore__ inline T GetValue(uint32_t i) const {
     ::twin::tick();
     check(1, ::twin::Role::Scalar, "LocalTensor::GetValue", i, false);
+    ::twin::issue(::twin::kPipeS, "LocalTensor::GetValue");
+    touch(::twin::kPipeS, i * sizeof(T), sizeof(T), false);
+    require_defined("LocalTensor::GetValue", i * sizeof(T), sizeof(T));
     T v;
     std::memcpy(&v, ptr() + i, sizeof(T));
     return v;
@@ -296,6 +318,9 @@ class LocalTensor {
   __aicore__ inline void SetValue(uint32_t i, T v) {
     ::twin::tick();
     check(1, ::twin::Role::Scalar, "LocalTensor::SetValue", i, false);
+    ::twin::issue(::twin::kPipeS, "LocalTensor::SetValue");
+    touch(::twin::kPipeS, i * sizeof(T), sizeof(T), true);
+    set_defined(i * sizeof(T), sizeof(T), true);
     std::memcpy(ptr() + i, &v, sizeof(T));
   }
   template <typename U>
@@ -310,6 +335,26 @@ class LocalTensor {
 
   // ---- twin internals ----
   T* ptr() const { return reinterpret_cast<T*>(::twin::core().ub.data() + off_); }
+  // Records an access of `bytes` UB bytes from `byte_first` past this tensor's start by the
+  // current instruction of `pipe` (hazard model).
+  void touch(int pipe, uint64_t byte_first, uint64_t bytes, bool write) const {
+    ::twin::core().pipes.access(pipe, off_ + byte_first, bytes, write);
+  }
+  // UB initcheck shadow (one byte per UB byte) of this tensor's first byte.
+  uint8_t* defs() const { return ::twin::core().ub_def.data() + off_; }
+  void set_defined(uint64_t byte_first, uint64_t bytes, bool v) const { std::memset(defs() + byte_first, v ? 1 : 0, bytes); }
+  // Bytes about to leave the core (to GM or the scalar unit) must hold written values.
+  void require_defined(const char* api, uint64_t byte_first, uint64_t bytes) const {
+    const uint8_t* d = defs() + byte_first;
+    for (uint64_t k = 0; k < bytes; ++k) {
+      if (!d[k]) {
+        ::twin::fail("uninitialized-read",
+                     ::twin::str(api, " takes UB bytes [", off_ + byte_first, ", ", off_ + byte_first + bytes,
+                                 ") of which byte ", off_ + byte_first + k, " holds no value written in this launch ",
+                                 "(nor one computed only from written values): the NPU would use stale UB content"));
+      }
+    }
+  }
   // GM -> UB copies land only in VECIN / VECOUT buffers on A2 (the MTE2 path of a TBuf<VECCALC>
   // or another position is not a valid copy target).
   void check_gm_to_ub_position(const char* api) const {
@@ -378,6 +423,8 @@ class TQue {
       if (b.state == ::twin::BufState::FREE) {
         rr_ = (i + 1) % ids_.size();
         b.state = ::twin::BufState::OCCUPIED;
+        // the buffer's last FreeTensor set consumer -> producer; AllocTensor waits for it
+        if (::twin::que_producer(pos) >= 0) ::twin::core().pipes.join(::twin::que_producer(pos), b.free_snap);
         LocalTensor<T> t;
         t.buf_ = ids_[i];
         t.gen_ = b.gen;
@@ -403,6 +450,7 @@ class TQue {
                                                  " tensors (depth ", depth, ")"));
     }
     b.state = ::twin::BufState::ENQUE;
+    if (::twin::que_producer(pos) >= 0) b.enq_snap = ::twin::core().pipes.vc[::twin::que_producer(pos)];
     fifo_.push_back(t.buf_);
     return true;
   }
@@ -418,6 +466,7 @@ class TQue {
     fifo_.pop_front();
     auto& b = pipe.bufs[id];
     b.state = ::twin::BufState::DEQUE;
+    if (::twin::que_consumer(pos) >= 0) ::twin::core().pipes.join(::twin::que_consumer(pos), b.enq_snap);
     LocalTensor<T> t;
     t.buf_ = id;
     t.gen_ = b.gen;
@@ -436,6 +485,7 @@ class TQue {
       ::twin::fail("que-state", ::twin::str("TQue::FreeTensor of a tensor of ", name_, " that is still enqueued"));
     }
     b.state = ::twin::BufState::FREE;
+    if (::twin::que_consumer(pos) >= 0) b.free_snap = ::twin::core().pipes.vc[::twin::que_consumer(pos)];
     ++b.gen;
   }
 
@@ -538,6 +588,17 @@ inline bool is_cube_event(HardEvent e) {
     default: return false;
   }
 }
+// The (source, destination) pipes of each HardEvent, in the enum's order.
+inline void event_pipes(HardEvent e, int& src, int& dst) {
+  constexpr int S = 0, V = 1, M = 2, T1 = 3, T2 = 4, T3 = 5, F = 7;
+  static constexpr int table[][2] = {
+      {T2, T1}, {T1, T2}, {T1, M}, {M, T1}, {T2, V}, {V, T2}, {T3, V}, {V, T3}, {M, V}, {V, M}, {V, V}, {T3, T1},
+      {T1, T3}, {T1, V}, {T2, M}, {M, T2}, {V, T1}, {M, F}, {F, M}, {T3, T2}, {T2, T3}, {S, V}, {V, S}, {S, T2},
+      {T2, S}, {S, T3}, {T3, S}, {T2, F}, {F, T2}, {F, S}, {M, S}, {F, T3}, {T1, F}, {F, T1}, {F, F}};
+  static_assert(sizeof(table) / sizeof(table[0]) == static_cast<int>(HardEvent::MAX), "HardEvent pipe table");
+  src = table[static_cast<int>(e)][0];
+  dst = table[static_cast<int>(e)][1];
+}
 inline bool skipped(HardEvent e) {
   auto& c = ::twin::core();
   return (c.type == ::twin::CoreType::AIC && is_vector_event(e)) || (c.type == ::twin::CoreType::AIV && is_cube_event(e));
@@ -555,6 +616,10 @@ __aicore__ inline void SetFlag(int32_t eventID) {
                                                  ") twice without WaitFlag (undefined; a later PipeBarrier hangs)"));
   }
   f = 1;
+  int src, dst;
+  detail::event_pipes(event, src, dst);
+  auto& m = ::twin::core().pipes;
+  m.event_snap[static_cast<int>(event)][eventID] = m.vc[src];
 }
 template <HardEvent event>
 __aicore__ inline void WaitFlag(int32_t eventID) {
@@ -567,11 +632,18 @@ __aicore__ inline void WaitFlag(int32_t eventID) {
                                                  ") without a SetFlag before it: the pipe would wait forever"));
   }
   f = 0;
+  int src, dst;
+  detail::event_pipes(event, src, dst);
+  auto& m = ::twin::core().pipes;
+  m.join(dst, m.event_snap[static_cast<int>(event)][eventID]);
 }
 template <pipe_t pipe>
 __aicore__ inline void PipeBarrier() {
   ::twin::tick();
   if (pipe == PIPE_S) ::twin::fail("pipe-barrier", "PipeBarrier<PIPE_S> is not allowed");
+  // PIPE_ALL waits for every pipe; a barrier on one pipe orders only that pipe, which the model
+  // already takes to run in order.
+  if (pipe == PIPE_ALL) ::twin::core().pipes.barrier_all();
 }
 
 // ---- cross-core synchronisation -------------------------------------------------------------------
@@ -650,6 +722,9 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
   dst.check(count, ::twin::Role::MteIn, "DataCopy(GM->UB)");
   src.check(0, count, false, "DataCopy(GM->UB)");
   src.account(0, bytes, false);
+  ::twin::issue(::twin::kPipeMte2, "DataCopy(GM->UB)");
+  dst.touch(::twin::kPipeMte2, 0, bytes, true);
+  dst.set_defined(0, bytes, true);
   std::memcpy(dst.ptr(), src.raw(), bytes);
 }
 
@@ -667,6 +742,9 @@ __aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>
   src.check(count, ::twin::Role::MteOut, "DataCopy(UB->GM)");
   dst.check(0, count, true, "DataCopy(UB->GM)");
   dst.account(0, bytes, true);
+  ::twin::issue(::twin::kPipeMte3, "DataCopy(UB->GM)");
+  src.touch(::twin::kPipeMte3, 0, bytes, false);
+  src.require_defined("DataCopy(UB->GM)", 0, bytes);
   std::memcpy(dst.raw(), src.ptr(), bytes);
 }
 
@@ -682,8 +760,11 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
   const uint64_t dst_span = p.blockCount * blen + (p.blockCount - 1) * dg;
   dst.check((dst_span + sizeof(T) - 1) / sizeof(T), ::twin::Role::MteIn, "DataCopy(GM->UB, params)");
   src.check_span(0, src_span, p.blockCount * blen, false, "DataCopy(GM->UB, params)");
+  ::twin::issue(::twin::kPipeMte2, "DataCopy(GM->UB, params)");
   for (uint32_t i = 0; i < p.blockCount; ++i) {
     src.account(i * (blen + sg), blen, false);
+    dst.touch(::twin::kPipeMte2, i * (blen + dg), blen, true);
+    dst.set_defined(i * (blen + dg), blen, true);
     std::memcpy(reinterpret_cast<uint8_t*>(dst.ptr()) + i * (blen + dg),
                 reinterpret_cast<const uint8_t*>(src.raw()) + i * (blen + sg), blen);
   }
@@ -699,8 +780,11 @@ __aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>
   const uint64_t dst_span = p.blockCount * blen + (p.blockCount - 1) * dg;
   src.check((src_span + sizeof(T) - 1) / sizeof(T), ::twin::Role::MteOut, "DataCopy(UB->GM, params)");
   dst.check_span(0, dst_span, p.blockCount * blen, true, "DataCopy(UB->GM, params)");
+  ::twin::issue(::twin::kPipeMte3, "DataCopy(UB->GM, params)");
   for (uint32_t i = 0; i < p.blockCount; ++i) {
     dst.account(i * (blen + dg), blen, true);
+    src.touch(::twin::kPipeMte3, i * (blen + sg), blen, false);
+    src.require_defined("DataCopy(UB->GM, params)", i * (blen + sg), blen);
     std::memcpy(reinterpret_cast<uint8_t*>(dst.raw()) + i * (blen + dg),
                 reinterpret_cast<const uint8_t*>(src.ptr()) + i * (blen + sg), blen);
   }
@@ -729,8 +813,12 @@ __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor
   dst.check(((p.blockCount - 1) * ub_pitch + ub_block) / sizeof(T), ::twin::Role::MteIn, "DataCopyPad(GM->UB)");
   src.check_span(0, (p.blockCount - 1) * gm_pitch + blen, p.blockCount * blen, false, "DataCopyPad(GM->UB)");
   auto* d = reinterpret_cast<uint8_t*>(dst.ptr());
+  ::twin::issue(::twin::kPipeMte2, "DataCopyPad(GM->UB)");
   for (uint32_t i = 0; i < p.blockCount; ++i) {
     src.account(i * gm_pitch, blen, false);
+    dst.touch(::twin::kPipeMte2, i * ub_pitch, ub_block, true);
+    dst.set_defined(i * ub_pitch, blen, true);
+    dst.set_defined(i * ub_pitch + blen, ub_block - blen, pad.isPad);  // padding without a value: undefined
     std::memcpy(d + i * ub_pitch, reinterpret_cast<const uint8_t*>(src.raw()) + i * gm_pitch, blen);
     // Padding: the pad value when requested, otherwise "undefined" -> poison (all-ones bytes, a NaN).
     for (uint64_t b = blen; b < ub_block; b += sizeof(T)) {
@@ -758,8 +846,11 @@ __aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor
   src.check(((p.blockCount - 1) * ub_pitch + ub_block) / sizeof(T), ::twin::Role::MteOut, "DataCopyPad(UB->GM)");
   dst.check_span(0, (p.blockCount - 1) * gm_pitch + blen, p.blockCount * blen, true, "DataCopyPad(UB->GM)");
   const auto* s = reinterpret_cast<const uint8_t*>(src.ptr());
+  ::twin::issue(::twin::kPipeMte3, "DataCopyPad(UB->GM)");
   for (uint32_t i = 0; i < p.blockCount; ++i) {
     dst.account(i * gm_pitch, blen, true);
+    src.touch(::twin::kPipeMte3, i * ub_pitch, blen, false);
+    src.require_defined("DataCopyPad(UB->GM)", i * ub_pitch, blen);
     std::memcpy(reinterpret_cast<uint8_t*>(dst.raw()) + i * gm_pitch, s + i * ub_pitch, blen);
   }
 }
@@ -794,15 +885,24 @@ inline void binary(const char* api, const LocalTensor<T>& dst, const LocalTensor
   dst.check(count, ::twin::Role::VecWrite, api);
   check_overlap(api, dst, a, count);
   check_overlap(api, dst, b, count);
+  ::twin::issue(::twin::kPipeV, api);
+  a.touch(::twin::kPipeV, 0, count * sizeof(T), false);
+  b.touch(::twin::kPipeV, 0, count * sizeof(T), false);
+  dst.touch(::twin::kPipeV, 0, count * sizeof(T), true);
   T* d = dst.ptr();
   const T* x = a.ptr();
   const T* y = b.ptr();
+  uint8_t* dd = dst.defs();
+  const uint8_t* ad = a.defs();
+  const uint8_t* bd = b.defs();
   for (int32_t i = 0; i < count; ++i) {
     if constexpr (std::is_same<T, float>::value) {
       d[i] = f(x[i], y[i]);
     } else {
       d[i] = ::twin::from_float_rint<T>(f(::twin::to_float(x[i]), ::twin::to_float(y[i])));
     }
+    const bool v = ::twin::all_defined(ad + i * sizeof(T), sizeof(T)) && ::twin::all_defined(bd + i * sizeof(T), sizeof(T));
+    std::memset(dd + i * sizeof(T), v, sizeof(T));
   }
 }
 }  // namespace detail
@@ -875,8 +975,16 @@ __aicore__ inline void Cast(const LocalTensor<T>& dst, const LocalTensor<U>& src
   if (sizeof(T) != sizeof(U) && dst.off_ == src.off_) {
     ::twin::fail("vector-overlap", "Cast between types of different width in place");
   }
+  ::twin::issue(::twin::kPipeV, "Cast");
+  src.touch(::twin::kPipeV, 0, count * sizeof(U), false);
+  dst.touch(::twin::kPipeV, 0, count * sizeof(T), true);
   T* d = dst.ptr();
   const U* s = src.ptr();
+  {
+    uint8_t* dd = dst.defs();
+    const uint8_t* sd = src.defs();
+    for (uint32_t i = 0; i < count; ++i) std::memset(dd + i * sizeof(T), ::twin::all_defined(sd + i * sizeof(U), sizeof(U)), sizeof(T));
+  }
   for (uint32_t i = 0; i < count; ++i) {
     if constexpr (up_bf || up_h) {
       d[i] = ::twin::to_float(s[i]);

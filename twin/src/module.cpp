@@ -39,6 +39,11 @@ TEST_ONLY(test_only_datacopy_block_count)
 TEST_ONLY(test_only_datacopy_into_vecalc)
 TEST_ONLY(test_only_uninitialized_workspace_read)
 TEST_ONLY(test_only_flag_pipe_mismatch)
+TEST_ONLY(test_only_ub_uninitialized_reaches_gm)
+TEST_ONLY(test_only_pipe_race_tbuf_read)
+TEST_ONLY(test_only_pipe_race_overwrite_after_copy_out)
+TEST_ONLY(test_only_synced_tbuf_read)
+TEST_ONLY(test_only_synced_overwrite_after_copy_out)
 #undef TEST_ONLY
 
 namespace {
@@ -92,6 +97,11 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_datacopy_into_vecalc", test_only_datacopy_into_vecalc},
       {"test_only_uninitialized_workspace_read", test_only_uninitialized_workspace_read},
       {"test_only_flag_pipe_mismatch", test_only_flag_pipe_mismatch},
+      {"test_only_ub_uninitialized_reaches_gm", test_only_ub_uninitialized_reaches_gm},
+      {"test_only_pipe_race_tbuf_read", test_only_pipe_race_tbuf_read},
+      {"test_only_pipe_race_overwrite_after_copy_out", test_only_pipe_race_overwrite_after_copy_out},
+      {"test_only_synced_tbuf_read", test_only_synced_tbuf_read},
+      {"test_only_synced_overwrite_after_copy_out", test_only_synced_overwrite_after_copy_out},
   };
   return k;
 }

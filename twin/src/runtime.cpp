@@ -162,6 +162,7 @@ void Launch::run(const std::function<void()>& body) {
       c->name = str("AIV_", c->block * aiv_per_block + c->sub);
       c->slot = 2 * c->block + c->sub;
       c->ub.assign(kUbTotalBytes, 0xA5);  // stale-looking UB content
+      c->ub_def.assign(kUbTotalBytes, 0);
     }
     stats_[i].name = c->name;
     stats_[i].type = c->type;
@@ -389,6 +390,60 @@ void Launch::finish_checks() {
                         str("flag ", f, ": only ", arrivals_[i][f],
                             " of the cores a multi-core set needs arrived before kernel end"));
       }
+    }
+  }
+}
+
+}  // namespace twin
+
+namespace twin {
+
+const char* pipe_name(int pipe) {
+  static const char* names[] = {"PIPE_S", "PIPE_V", "PIPE_M", "PIPE_MTE1", "PIPE_MTE2", "PIPE_MTE3", "PIPE_ALL", "PIPE_FIX"};
+  return pipe >= 0 && pipe < kPipes ? names[pipe] : "PIPE_?";
+}
+
+namespace {
+[[noreturn]] void race(const char* kind, int q, const char* api_q, uint32_t e_q, int p, const char* api_p, uint32_t e_p,
+                       uint64_t off, uint64_t bytes, uint64_t blk) {
+  const uint64_t lo = std::max<uint64_t>(off, blk * kBlockBytes);
+  const uint64_t hi = std::min<uint64_t>(off + bytes, (blk + 1) * kBlockBytes);
+  const char* verb = kind[0] == 'R' ? "reads" : "writes";
+  const char* earlier = kind[2] == 'W' ? "wrote" : "read";
+  std::string pn = pipe_name(p) + 5, qn = pipe_name(q) + 5;
+  fail("pipe-race",
+       str(kind, " between pipes: ", api_q, " (instruction #", e_q, " of ", pipe_name(q), ") ", verb, " UB bytes [", lo,
+           ", ", hi, ") (of its range [", off, ", ", off + bytes, ")) that ", api_p, " (instruction #", e_p, " of ",
+           pipe_name(p), ") ", earlier, ", with no synchronisation from ", pipe_name(p), " to ", pipe_name(q),
+           " in between (SetFlag/WaitFlag<HardEvent::", pn, "_", qn,
+           ">, the TQue EnQue/DeQue or FreeTensor/AllocTensor that implies it, or PipeBarrier<PIPE_ALL>): on the NPU "
+           "the two may run in either order"));
+}
+}  // namespace
+
+void PipeModel::access(int q, uint64_t off, uint64_t bytes, bool write) {
+  if (bytes == 0) return;
+  const uint64_t b0 = off / kBlockBytes, b1 = (off + bytes + kBlockBytes - 1) / kBlockBytes;
+  if (ub.size() < b1) ub.resize(b1);
+  const uint32_t e = vc[q][q];
+  const VClock& seen = vc[q];
+  const char* api = cur_api[q];
+  for (uint64_t b = b0; b < b1; ++b) {
+    UbShadow& s = ub[b];
+    if (s.w_epoch && s.w_pipe != q && s.w_epoch > seen[s.w_pipe]) {
+      race(write ? "WAW" : "RAW", q, api, e, s.w_pipe, s.w_api, s.w_epoch, off, bytes, b);
+    }
+    if (write) {
+      for (int p = 0; p < kPipes; ++p) {
+        if (p != q && s.r_epoch[p] > seen[p]) race("WAR", q, api, e, p, s.r_api[p], s.r_epoch[p], off, bytes, b);
+      }
+      s.w_epoch = e;
+      s.w_pipe = static_cast<uint8_t>(q);
+      s.w_api = api;
+      for (int p = 0; p < kPipes; ++p) s.r_epoch[p] = 0;
+    } else {
+      s.r_epoch[q] = e;
+      s.r_api[q] = api;
     }
   }
 }

@@ -253,3 +253,100 @@ BROKEN_ENTRY(test_only_flag_pipe_mismatch) {
     CrossCoreSetFlag<0x2, PIPE_MTE2>(rope_matrix::kFlagFree0);
   }
 }
+
+// ---- pipe-race: two pipes touch the same UB bytes with no synchronisation between them ----------
+// `sync` selects the correct version (used by tests to show the rule is about the missing sync).
+
+namespace {
+// RAW: MTE2 copies x into a TBuf (no queue, so no implied event) and V reads it at once.
+void tbuf_read_after_copy(Ctx& c, bool sync) {
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TBuf<TPosition::VECIN> in;
+    TBuf<TPosition::VECCALC> f;
+    pipe.InitBuffer(in, 1024);
+    pipe.InitBuffer(f, 2048);
+    LocalTensor<bfloat16_t> t = in.Get<bfloat16_t>();
+    DataCopyExtParams p{1, static_cast<uint32_t>(c.t.d * sizeof(bfloat16_t)), 0, 0, 0};
+    DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
+    DataCopyPad(t, c.x, p, pad);
+    if (sync) {
+      SetFlag<HardEvent::MTE2_V>(0);
+      WaitFlag<HardEvent::MTE2_V>(0);
+    }
+    LocalTensor<float> a = f.Get<float>();
+    Cast(a, t, RoundMode::CAST_NONE, c.t.d);
+  }
+}
+
+// WAR: MTE3 copies a TBuf out to GM and V overwrites the TBuf before that copy is known done.
+void overwrite_after_copy_out(Ctx& c, bool sync) {
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 1024);
+    LocalTensor<float> f = b.Get<float>();
+    Duplicate(f, 0.0f, 64);
+    SetFlag<HardEvent::V_MTE3>(0);
+    WaitFlag<HardEvent::V_MTE3>(0);
+    LocalTensor<bfloat16_t> o = f.ReinterpretCast<bfloat16_t>();
+    DataCopyExtParams p{1, 64 * sizeof(bfloat16_t), 0, 0, 0};
+    DataCopyPad(c.out[GetBlockIdx() * c.t.d], o, p);
+    if (sync) PipeBarrier<PIPE_ALL>();
+    Duplicate(f, 1.0f, 64);
+  }
+}
+}  // namespace
+
+BROKEN_ENTRY(test_only_pipe_race_tbuf_read) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  tbuf_read_after_copy(c, false);
+}
+
+BROKEN_ENTRY(test_only_pipe_race_overwrite_after_copy_out) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  overwrite_after_copy_out(c, false);
+}
+
+// The same two kernels with their synchronisation: they must pass.
+BROKEN_ENTRY(test_only_synced_tbuf_read) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  tbuf_read_after_copy(c, true);
+}
+
+BROKEN_ENTRY(test_only_synced_overwrite_after_copy_out) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  overwrite_after_copy_out(c, true);
+}
+
+// UB initcheck: an Add of a filled TBuf and a TBuf nothing wrote, copied out to GM. (Vector ops
+// may compute on unwritten UB, as padding columns do; what reaches GM must have been written.)
+BROKEN_ENTRY(test_only_ub_uninitialized_reaches_gm) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TBuf<TPosition::VECCALC> a, b;
+    TQue<TPosition::VECOUT, 1> q;
+    pipe.InitBuffer(a, 256);
+    pipe.InitBuffer(b, 256);
+    pipe.InitBuffer(q, 1, 256);
+    LocalTensor<float> fa = a.Get<float>();
+    LocalTensor<float> fb = b.Get<float>();
+    Duplicate(fa, 1.0f, 64);
+    Duplicate(fb, 2.0f, 32);  // the second half of b stays unwritten
+    LocalTensor<float> o = q.AllocTensor<float>();
+    Add(o, fa, fb, 64);
+    q.EnQue(o);
+    o = q.DeQue<float>();
+    DataCopyExtParams p{1, 64 * sizeof(bfloat16_t), 0, 0, 0};
+    DataCopyPad(c.out[GetBlockIdx() * c.t.d], o.ReinterpretCast<bfloat16_t>(), p);
+    DataCopyExtParams p2{1, 128 * sizeof(bfloat16_t), 0, 0, 0};
+    DataCopyPad(c.out[GetBlockIdx() * c.t.d], o.ReinterpretCast<bfloat16_t>(), p2);
+    q.FreeTensor(o);
+  }
+}

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "twin/hazard.h"
+
 namespace twin {
 
 enum class CoreType { AIC, AIV };
@@ -91,6 +93,9 @@ struct CoreCtx {
   Pipe* pipe = nullptr;
   int pipes_alive = 0;
   std::vector<uint8_t> ub;  // the vector core's unified buffer
+  // per UB byte: 1 when it holds a value this launch wrote (a copy, Duplicate, SetValue) or computed
+  // only from such values; what reaches GM must be (rule `uninitialized-read`)
+  std::vector<uint8_t> ub_def;
   bool matmul_registered = false;
   // pipes (bit per pipe_t) of this core's accesses to cross-core (workspace) GM since its last
   // CrossCoreSetFlag, with the first such access for the message
@@ -98,6 +103,8 @@ struct CoreCtx {
   std::string published_what;
   // intra-core SetFlag/WaitFlag bits: [event][id]
   uint8_t hw_flags[64][8] = {};
+  // the asynchronous pipes of this core and the last accesses per UB block (rule `pipe-race`)
+  PipeModel pipes;
 };
 
 class Launch;

@@ -20,7 +20,11 @@ __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& s
   const uint64_t srcBytes = static_cast<uint64_t>(src.GetSize()) * sizeof(T);
   const uint32_t* off = srcOffset.ptr();
   const uint8_t* base = reinterpret_cast<const uint8_t*>(src.ptr());
-  std::vector<T> tmp(count);  // dst may alias src on the NPU only through separate instructions
+  std::vector<T> tmp(count);
+  std::vector<uint8_t> tdef(count);
+  const uint8_t* od = srcOffset.defs();
+  const uint8_t* sd = src.defs();
+  uint64_t lo = ~0ull, hi = 0;  // dst may alias src on the NPU only through separate instructions
   for (uint32_t i = 0; i < count; ++i) {
     const uint64_t o = static_cast<uint64_t>(off[i]) + srcBaseOffset;
     if (o % sizeof(T) != 0 || o + sizeof(T) > srcBytes) {
@@ -29,8 +33,17 @@ __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& s
                                                 "-byte source"));
     }
     std::memcpy(&tmp[i], base + o, sizeof(T));
+    tdef[i] = ::twin::all_defined(od + i * 4, 4) && ::twin::all_defined(sd + o, sizeof(T));
+    lo = std::min<uint64_t>(lo, o);
+    hi = std::max<uint64_t>(hi, o + sizeof(T));
   }
+  ::twin::issue(::twin::kPipeV, "Gather");
+  srcOffset.touch(::twin::kPipeV, 0, count * sizeof(uint32_t), false);
+  src.touch(::twin::kPipeV, lo, hi - lo, false);  // the span the offsets reach
+  dst.touch(::twin::kPipeV, 0, count * sizeof(T), true);
   std::memcpy(dst.ptr(), tmp.data(), count * sizeof(T));
+  uint8_t* dd = dst.defs();
+  for (uint32_t i = 0; i < count; ++i) std::memset(dd + i * sizeof(T), tdef[i], sizeof(T));
 }
 
 // dst[i] = scalarValue for i < count.
@@ -41,6 +54,9 @@ __aicore__ inline void Duplicate(const LocalTensor<T>& dst, const T& scalarValue
   if (count < 0) ::twin::fail("vector-count", ::twin::str("Duplicate: count ", count, " < 0"));
   if (count == 0) return;
   dst.check(count, ::twin::Role::VecWrite, "Duplicate");
+  ::twin::issue(::twin::kPipeV, "Duplicate");
+  dst.touch(::twin::kPipeV, 0, count * sizeof(T), true);
+  dst.set_defined(0, count * sizeof(T), true);
   T* d = dst.ptr();
   for (int32_t i = 0; i < count; ++i) d[i] = scalarValue;
 }
@@ -57,7 +73,12 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>&
   src.check(count, ::twin::Role::VecRead, "DataCopy(UB->UB)");
   dst.check(count, ::twin::Role::VecWrite, "DataCopy(UB->UB)");
   detail::check_overlap("DataCopy(UB->UB)", dst, src, static_cast<int32_t>(count));
+  // copy_ubuf_to_ubuf is issued on the vector pipe
+  ::twin::issue(::twin::kPipeV, "DataCopy(UB->UB)");
+  src.touch(::twin::kPipeV, 0, bytes, false);
+  dst.touch(::twin::kPipeV, 0, bytes, true);
   std::memmove(dst.ptr(), src.ptr(), bytes);
+  std::memmove(dst.defs(), src.defs(), bytes);
 }
 
 }  // namespace AscendC

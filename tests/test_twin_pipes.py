@@ -1,0 +1,77 @@
+"""The twin's pipe/hazard model (rule `pipe-race`): asynchronous pipes inside one core.
+
+A missing synchronisation between two pipes that touch the same UB bytes is stopped with
+`pipe-race` naming the kind (RAW/WAR/WAW), both pipes, the bytes and both instructions; the same
+kernel with its SetFlag/WaitFlag or PipeBarrier<PIPE_ALL> passes, so the rule is about the sync.
+The broken kernels are TEST-ONLY (twin/test_kernels/broken_kernels.cpp).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from npu_ops_transformer_ext.reference import mode_matrix
+
+twin = pytest.importorskip("npu_ops_transformer_ext.twin")
+
+
+def _inputs(s=41, d=128):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 3, s, d, generator=g).to(torch.bfloat16)
+    y = mode_matrix("half", [d], dtype=torch.bfloat16)
+    sin = torch.randn(s, d, generator=g).to(torch.bfloat16)
+    cos = torch.randn(s, d, generator=g).to(torch.bfloat16)
+    return x, y, sin, cos
+
+
+@pytest.mark.parametrize(
+    "variant,expected",
+    [
+        (
+            "test_only_pipe_race_tbuf_read",
+            [
+                "RAW between pipes: Cast (instruction #1 of PIPE_V) reads UB bytes [0, 32)",
+                "DataCopyPad(GM->UB) (instruction #1 of PIPE_MTE2) wrote",
+                "SetFlag/WaitFlag<HardEvent::MTE2_V>",
+            ],
+        ),
+        (
+            "test_only_pipe_race_overwrite_after_copy_out",
+            [
+                "WAR between pipes: Duplicate (instruction #2 of PIPE_V) writes UB bytes [0, 32)",
+                "DataCopyPad(UB->GM) (instruction #1 of PIPE_MTE3) read",
+                "SetFlag/WaitFlag<HardEvent::MTE3_V>",
+            ],
+        ),
+    ],
+)
+def test_missing_sync_is_a_pipe_race(variant, expected):
+    x, y, sin, cos = _inputs()
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", variant=variant)
+    assert ei.value.rule == "pipe-race", str(ei.value)
+    for part in expected:
+        assert part in str(ei.value)
+
+
+@pytest.mark.parametrize("variant", ["test_only_synced_tbuf_read", "test_only_synced_overwrite_after_copy_out"])
+def test_same_kernel_with_its_sync_passes(variant):
+    x, y, sin, cos = _inputs()
+    twin._run(x, y, sin, cos, soc="Ascend910B3", variant=variant)
+
+
+@pytest.mark.parametrize("kernel", ["mix", "perm"])
+@pytest.mark.parametrize("d", [34, 40])
+def test_padding_columns_pass_the_ub_initcheck(kernel, d):
+    # With D mod 16 in 1..8, 16-bit x and fp32 tables, a table row's last 32-byte block in UB is
+    # padding no copy writes; the vector ops compute on it and the copy-out drops it. The UB
+    # initcheck tracks what reaches GM, so this passes, and the result is exact.
+    g = torch.Generator().manual_seed(1)
+    s = 41
+    x = torch.randn(1, 3, s, d, generator=g).to(torch.bfloat16)
+    y = mode_matrix("half", [d], dtype=torch.bfloat16)
+    sin = torch.randn(s, d, generator=g)
+    cos = torch.randn(s, d, generator=g)
+    out, _ = twin.run(x, y, sin, cos, soc="Ascend910B3", kernel=kernel)
+    ref = (x.float() * cos + (x.float() @ y.float()) * sin).to(torch.bfloat16)
+    assert torch.equal(out, ref)
