@@ -113,6 +113,7 @@ def test_public_functions_have_hints_and_docstrings(module):
             continue
         assert cls.__doc__, f"{module}.{name} has no docstring"
         for meth_name, fn in vars(cls).items():
+            fn = getattr(fn, "__func__", fn)  # classmethod / staticmethod
             if meth_name.startswith("_") or not inspect.isfunction(fn):
                 continue
             assert fn.__doc__, f"{module}.{name}.{meth_name} has no docstring"

@@ -584,7 +584,7 @@ class RotaryEmbedding(torch.nn.Module):
         self._cache: dict[tuple, tuple] = {}
 
     @classmethod
-    def from_hf_config(cls, config, *, layout: str, **kwargs) -> RotaryEmbedding:
+    def from_hf_config(cls, config: object, *, layout: str, **kwargs: object) -> RotaryEmbedding:
         """The RoPE of a HF transformers config (half mode): ``head_dim`` and ``rotary_dim`` from
         ``hf_rotary_dim``, theta and scaling from ``hf_rope_scaling``. ``layout`` as for the
         constructor ("BNSD" for q/k as HF's attention holds them)."""
