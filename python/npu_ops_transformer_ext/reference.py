@@ -99,7 +99,8 @@ def _rotate(x: torch.Tensor, y: torch.Tensor, cols) -> torch.Tensor:
 
 
 def rope_matrix_reference(x: torch.Tensor, y: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
-    """The contract in plain torch: ``x*cos + (x@y)*sin`` in fp32, rounded once to x.dtype.
+    """The contract in plain torch: ``x*cos + (x@y)*sin`` in fp32, rounded once to x.dtype
+    (``y`` is the rotate matrix, the op's ``mat``; arguments in the op's order x, mat, sin, cos).
 
     ``x @ y`` is :func:`rotate_by_matrix`: for a (partial) signed permutation an exact move and
     negation of elements (so Inf, -0 and NaN stay where the permutation puts them); for a dense y a
