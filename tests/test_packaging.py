@@ -84,7 +84,11 @@ def test_exports():
 
 
 @pytest.mark.parametrize(
-    "module", ["diffusers_patch", "matrices", "parallel", "bench", "precision", "plot", "_cli"]
+    "module",
+    [
+        "diffusers_patch", "matrices", "parallel", "bench", "precision", "plot", "_cli",
+        "ops", "tables", "models", "reference", "sweep", "transformers",
+    ],
 )
 def test_public_functions_have_hints_and_docstrings(module):
     mod = importlib.import_module(f"npu_ops_transformer_ext.{module}")
@@ -102,6 +106,21 @@ def test_public_functions_have_hints_and_docstrings(module):
         for p in sig.parameters.values():
             assert p.annotation is not inspect.Parameter.empty, f"{module}.{name}({p.name})"
     assert checked
+    # and the public methods of its public classes (RotaryEmbedding.forward, ...)
+    for name in names:
+        cls = getattr(mod, name)
+        if not inspect.isclass(cls) or cls.__module__ != mod.__name__:
+            continue
+        assert cls.__doc__, f"{module}.{name} has no docstring"
+        for meth_name, fn in vars(cls).items():
+            fn = getattr(fn, "__func__", fn)  # classmethod / staticmethod
+            if meth_name.startswith("_") or not inspect.isfunction(fn):
+                continue
+            assert fn.__doc__, f"{module}.{name}.{meth_name} has no docstring"
+            sig = inspect.signature(fn)
+            assert sig.return_annotation is not inspect.Signature.empty, f"{name}.{meth_name}: return"
+            for p in list(sig.parameters.values())[1:]:
+                assert p.annotation is not inspect.Parameter.empty, f"{name}.{meth_name}({p.name})"
 
 
 ENV_SH = ROOT / "scripts" / "env.sh"

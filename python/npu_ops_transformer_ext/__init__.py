@@ -1,6 +1,6 @@
 """npu_ops_transformer_ext: RoPE-Matrix (RoME), rotary position embedding as one fused operator.
 
-    out = x * cos + (x @ y) * sin        (fp32 math, one rounding to x.dtype)
+    out = x * cos + (x @ mat) * sin      (fp32 math, one rounding to x.dtype)
 
 Importing the package registers ``torch.ops.npu_ops_transformer_ext.rope_matrix`` (and its fused
 q/k and in-place variants) for CPU, for Meta/fake tensors (torch.compile) and, in NPU builds, for

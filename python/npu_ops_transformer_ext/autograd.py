@@ -4,7 +4,8 @@ The autograd kernels of ``rope_matrix`` and ``rope_matrix_qk`` are C++ (``rope_m
 so that a call needing no gradient never enters Python); the formulas below are theirs, and this
 module holds the x-gradient helper ops they call and the second derivatives.
 
-Forward: ``out = x * cos + (x @ y) * sin`` (``y`` is ``[D, D]``, ``sin``/``cos`` broadcast to x).
+Forward: ``out = x * cos + (x @ y) * sin`` (``y`` is the rotate matrix ``[D, D]``,
+the ops' argument ``mat``, named ``y`` in the formulas and helpers here; ``sin``/``cos`` broadcast to x).
 
 Gradients, with ``g = dL/dout`` and ``sum_b`` the sum over the dimensions a table is broadcast on:
 

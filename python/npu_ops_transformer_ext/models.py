@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -65,7 +66,12 @@ _WAN_CACHE: OrderedDict[tuple, tuple] = OrderedDict()
 _WAN_CACHE_SIZE = 8
 
 
-def wan_rope_tables(grid_sizes, freqs: Tensor, seq_len: int, device=None):
+def wan_rope_tables(
+    grid_sizes: Tensor | Sequence[Sequence[int]],
+    freqs: Tensor,
+    seq_len: int,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, Tensor]:
     """float32 ``(cos, sin)`` of shape ``[B or 1, seq_len, 1, D]`` for Wan's ``rope_apply``.
 
     ``freqs``: Wan's ``[max_len, D/2]`` complex table (``cat`` of the t, h, w ``rope_params``);
@@ -125,7 +131,7 @@ def wan_rope_tables(grid_sizes, freqs: Tensor, seq_len: int, device=None):
 
 def wan_rope_apply(
     x: Tensor,
-    grid_sizes,
+    grid_sizes: Tensor | Sequence[Sequence[int]],
     freqs: Tensor,
     *,
     out_dtype: torch.dtype | None = torch.float32,
@@ -167,7 +173,12 @@ def _real_tables(freqs_cis):
     return _pairs_to_elems(freqs_cis.real), _pairs_to_elems(freqs_cis.imag)
 
 
-def hunyuan_apply_rotary_emb(xq: Tensor, xk: Tensor | None, freqs_cis, head_first: bool = False):
+def hunyuan_apply_rotary_emb(
+    xq: Tensor,
+    xk: Tensor | None,
+    freqs_cis: Tensor | tuple[Tensor, Tensor],
+    head_first: bool = False,
+) -> tuple[Tensor, Tensor | None]:
     """HunyuanVideo's ``apply_rotary_emb(xq, xk, freqs_cis, head_first=False) -> (xq_out, xk_out)``.
 
     xq/xk ``[B, S, H, D]`` (``[B, H, S, D]`` with ``head_first``); freqs_cis ``(cos, sin)`` each
@@ -192,7 +203,7 @@ def hunyuan_apply_rotary_emb(xq: Tensor, xk: Tensor | None, freqs_cis, head_firs
 # ---- FLUX ---------------------------------------------------------------------------------------
 
 
-def flux_apply_rope(xq: Tensor, xk: Tensor, freqs_cis: Tensor):
+def flux_apply_rope(xq: Tensor, xk: Tensor, freqs_cis: Tensor) -> tuple[Tensor, Tensor]:
     """FLUX.1's ``apply_rope(xq, xk, freqs_cis) -> (xq_out, xk_out)``.
 
     xq/xk ``[B, H, L, D]``; freqs_cis ``[B, 1, L, D/2, 2, 2]``, per pair the rotation
@@ -209,7 +220,7 @@ def flux_apply_rope(xq: Tensor, xk: Tensor, freqs_cis: Tensor):
 
 def apply_rotary_emb(
     x: Tensor,
-    freqs_cis,
+    freqs_cis: Tensor | tuple[Tensor, Tensor],
     use_real: bool = True,
     use_real_unbind_dim: int = -1,
     sequence_dim: int = 2,
@@ -243,7 +254,10 @@ def apply_rotary_emb(
 
 
 def apply_rotary_emb_qwen(
-    x: Tensor, freqs_cis, use_real: bool = True, use_real_unbind_dim: int = -1
+    x: Tensor,
+    freqs_cis: Tensor | tuple[Tensor, Tensor],
+    use_real: bool = True,
+    use_real_unbind_dim: int = -1,
 ) -> Tensor:
     """diffusers' Qwen-Image ``apply_rotary_emb_qwen``: x ``[B, S, H, D]``; real path tables
     ``[S, D]`` broadcast as ``[1, 1, S, D]`` (as diffusers does), complex path ``[S, D/2]``

@@ -118,7 +118,9 @@ def _check_table(op, name, t, x, x_name):
     )
 
 
-def check_inputs(op: str, x, mat, sin, cos, x_name: str = "x") -> None:
+def check_inputs(
+    op: str, x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor, x_name: str = "x"
+) -> None:
     """The Python mirror of the C++ validator (validation/), for fake tensors: the same checks in
     the same order, with the same messages."""
     torch._check_value(
@@ -203,7 +205,7 @@ def _overlaps_itself(x) -> bool | None:
     return False
 
 
-def check_inplace(op: str, x) -> None:
+def check_inplace(op: str, x: torch.Tensor) -> None:
     """The in-place checks the fake kernel can make: x must not overlap itself. (Whether x shares
     memory with mat, sin or cos is decided on the real tensors, by every backend.)"""
     torch._check_value(

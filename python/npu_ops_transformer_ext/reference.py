@@ -48,7 +48,9 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def signed_permutation_columns(y: torch.Tensor):
+def signed_permutation_columns(
+    y: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """``(src, neg, live)`` for a (partial) signed permutation ``y``, or None for any other y.
 
     A (partial) signed permutation has entries in {-1, 0, +1} and at most one non-zero in each row
@@ -97,7 +99,8 @@ def _rotate(x: torch.Tensor, y: torch.Tensor, cols) -> torch.Tensor:
 
 
 def rope_matrix_reference(x: torch.Tensor, y: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
-    """The contract in plain torch: ``x*cos + (x@y)*sin`` in fp32, rounded once to x.dtype.
+    """The contract in plain torch: ``x*cos + (x@y)*sin`` in fp32, rounded once to x.dtype
+    (``y`` is the rotate matrix, the op's ``mat``; arguments in the op's order x, mat, sin, cos).
 
     ``x @ y`` is :func:`rotate_by_matrix`: for a (partial) signed permutation an exact move and
     negation of elements (so Inf, -0 and NaN stay where the permutation puts them); for a dense y a
@@ -152,7 +155,12 @@ _MATRIX = {
 }
 
 
-def mode_matrix(mode: str, sections: Sequence[int], dtype=torch.bfloat16, device=None) -> torch.Tensor:
+def mode_matrix(
+    mode: str,
+    sections: Sequence[int],
+    dtype: torch.dtype = torch.bfloat16,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """The composed rotate matrix of ``mode`` over ``sections`` (e.g. ``[44, 44, 40]`` for 3D)."""
     if mode not in _MATRIX:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -163,7 +171,14 @@ def _split(t: torch.Tensor, sections: Sequence[int]):
     return t.split(list(sections), dim=-1)
 
 
-def rope_v1(x, sin, cos, mode: str, sections: Sequence[int] | None = None, compute_dtype=torch.float32):
+def rope_v1(
+    x: torch.Tensor,
+    sin: torch.Tensor,
+    cos: torch.Tensor,
+    mode: str,
+    sections: Sequence[int] | None = None,
+    compute_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """Seed v1, small ops: split D by ``sections``, rotate each part by element rearrangement, concat."""
     sections = [x.shape[-1]] if sections is None else list(sections)
     rot = _ROTATE[mode]
@@ -174,7 +189,13 @@ def rope_v1(x, sin, cos, mode: str, sections: Sequence[int] | None = None, compu
     return torch.cat(parts, dim=-1).to(x.dtype)
 
 
-def rope_v2(x, sin, cos, mats: Sequence[torch.Tensor], compute_dtype=torch.float32):
+def rope_v2(
+    x: torch.Tensor,
+    sin: torch.Tensor,
+    cos: torch.Tensor,
+    mats: Sequence[torch.Tensor],
+    compute_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """Seed v2, one rotate matrix per axis: ``x_i*cos_i + (x_i @ mat_i)*sin_i`` per part, concat."""
     sections = [m.shape[0] for m in mats]
     c = compute_dtype or x.dtype
@@ -184,7 +205,13 @@ def rope_v2(x, sin, cos, mats: Sequence[torch.Tensor], compute_dtype=torch.float
     return torch.cat(parts, dim=-1).to(x.dtype)
 
 
-def rope_v3(x, sin, cos, mat: torch.Tensor, compute_dtype=torch.float32):
+def rope_v3(
+    x: torch.Tensor,
+    sin: torch.Tensor,
+    cos: torch.Tensor,
+    mat: torch.Tensor,
+    compute_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
     """Seed v3, one composed matrix: ``x*cos + (x @ mat)*sin``."""
     c = compute_dtype or x.dtype
     xc = x.to(c)

@@ -33,6 +33,7 @@ import csv
 import os
 import statistics
 import time
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -61,7 +62,9 @@ def _median_time(fn, calls: int) -> float:
     return statistics.median(ts)
 
 
-def limit_fn(x: torch.Tensor, tables, calls: int = 7):
+def limit_fn(
+    x: torch.Tensor, tables: Sequence[torch.Tensor], calls: int = 7
+) -> Callable[[], None]:
     """A callable that moves the bytes of one ``rope_matrix(x, ...)`` call: x read, an output of
     x's size written, each tensor of ``tables`` read once, natively, on torch's threads. Streaming
     or ordinary stores, whichever is faster here (timed on ``calls`` calls of each; the choice is
@@ -89,7 +92,9 @@ def limit_of(provider: str) -> str:
     return "limit_qk" if provider.startswith("rope_matrix_qk") else "limit"
 
 
-def limit_providers(x, tables, k=None) -> dict:
+def limit_providers(
+    x: torch.Tensor, tables: Sequence[torch.Tensor], k: torch.Tensor | None = None
+) -> dict[str, Callable[[], object]]:
     """``{"limit": fn}`` (and ``"limit_qk"`` for q = x and k: their bytes together) for a benchmark."""
     fns = {"limit": limit_fn(x, tables)}
     if k is not None:
@@ -98,7 +103,9 @@ def limit_providers(x, tables, k=None) -> dict:
     return fns
 
 
-def bench_providers(x, y, sin, cos) -> dict:
+def bench_providers(
+    x: torch.Tensor, y: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor
+) -> dict[str, Callable[[], object]]:
     """The providers ``bench`` adds to its table: ``rope_matrix_qk`` (q = x, k a copy of it), the
     limit for x's bytes and the limit for q + k bytes."""
     k = x.clone()
@@ -107,7 +114,7 @@ def bench_providers(x, y, sin, cos) -> dict:
     return fns
 
 
-def moved_bytes(provider: str, x, tables) -> int:
+def moved_bytes(provider: str, x: torch.Tensor, tables: Sequence[torch.Tensor]) -> int:
     """Bytes a provider's call must move: x read and written (twice that for q + k), tables read once."""
     n = 2 * x.numel() * x.element_size() * (2 if limit_of(provider) == "limit_qk" else 1)
     return n + sum(t.numel() * t.element_size() for t in tables)
@@ -154,9 +161,22 @@ def _thread_counts(spec: str) -> list[int]:
     return out
 
 
-def run_sweep(sizes=SIZES, dtypes=DTYPES, layouts=LAYOUTS, modes=tuple(MODES), threads="1,2,all",
-              heads=24, dim=128, table_dtype="same", qk=True, copy=True, warmup=2, iters=10,
-              min_time=0.3, progress=print) -> list[dict]:
+def run_sweep(
+    sizes: Sequence[int] = SIZES,
+    dtypes: Sequence[str] = DTYPES,
+    layouts: Sequence[str] = LAYOUTS,
+    modes: Sequence[str] = tuple(MODES),
+    threads: str = "1,2,all",
+    heads: int = 24,
+    dim: int = 128,
+    table_dtype: str = "same",
+    qk: bool = True,
+    copy: bool = True,
+    warmup: int = 2,
+    iters: int = 10,
+    min_time: float = 0.3,
+    progress: Callable[[str], object] | None = print,
+) -> list[dict]:
     """Runs the grid and returns one dict per (cell, provider); see the module doc."""
     counts = _thread_counts(threads)
     total_threads = torch.get_num_threads()
@@ -235,7 +255,8 @@ def _sig(value, digits=4):
     return float(f"{value:.{digits}g}")
 
 
-def write_csv(rows, path):
+def write_csv(rows: Sequence[dict], path: str) -> None:
+    """Writes ``rows`` (dicts with the same keys) to the CSV file ``path``, creating its folder."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
@@ -243,12 +264,13 @@ def write_csv(rows, path):
         w.writerows(rows)
 
 
-def read_csv(path) -> list[dict]:
+def read_csv(path: str) -> list[dict]:
+    """The rows of a CSV file written by :func:`write_csv` (values as strings)."""
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
 
 
-def summary(rows, stat="x_limit", threads=None) -> str:
+def summary(rows: Sequence[dict], stat: str = "x_limit", threads: int | None = None) -> str:
     """A markdown table: rope_matrix ÷ limit per size (rows) and dtype × layout (columns), the
     worst mode of each cell, at ``threads`` (default: the largest thread count in ``rows``); then
     the qk and copy_ ratios. ``stat``: "x_limit" (ratio of medians) or "x_limit_min" (of minimums)."""
@@ -280,7 +302,9 @@ def _worst(rows, stat, s, d, lay, nt):
     return max(v) if v else None
 
 
-def spread_table(runs, stat="x_limit", threads=None) -> str:
+def spread_table(
+    runs: Sequence[Sequence[dict]], stat: str = "x_limit", threads: int | None = None
+) -> str:
     """Like ``summary`` over several runs (lists of rows, e.g. read back from their CSVs): each cell
     is "median of the runs (min–max)" of the worst mode's ratio, so the spread between repeated
     runs is visible."""
@@ -300,7 +324,7 @@ def spread_table(runs, stat="x_limit", threads=None) -> str:
             f"runs (min–max)\n" + "\n".join(lines))
 
 
-def plot(rows, path, stat="x_limit") -> bool:
+def plot(rows: Sequence[dict], path: str, stat: str = "x_limit") -> bool:
     """Ratio ÷ limit against x's size: a panel per dtype (columns) and thread count (rows), a line
     per provider × layout × mode. ``rows`` may hold several runs (concatenated): each point is then
     their median with a bar from the smallest to the largest. Log scale: 1.0 is the limit. False
@@ -361,7 +385,9 @@ def _csv_list(v):
     return [s for s in v.split(",") if s]
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
+    """The command line (``python -m npu_ops_transformer_ext.sweep --help``); returns the rows (with
+    ``--summarize``, the rows of each CSV)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma list of S")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help=f"comma list of {DTYPES}")

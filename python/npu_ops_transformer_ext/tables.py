@@ -110,7 +110,7 @@ def rope_inv_freq(
     seq_len: int | None = None,
     max_position_embeddings: int | None = None,
     dtype: torch.dtype = torch.float64,
-):
+) -> tuple[Tensor, float]:
     """Inverse frequencies ``[dim // 2]`` on the CPU and the attention factor: ``(inv_freq, attn)``.
 
     ``inv_freq[j] = 1 / theta ** (2j / dim)``; ``attn`` multiplies cos and sin (1 except for YaRN
@@ -242,7 +242,7 @@ def _cfg(config, name: str, default=None):
     return default if v is None else v
 
 
-def hf_rope_scaling(config) -> dict:
+def hf_rope_scaling(config: object) -> dict:
     """The scaling mapping of a HF transformers config, complete: what ``rope_inv_freq``,
     ``rope_1d`` and ``RotaryEmbedding`` take as ``scaling`` to build HF's own frequencies.
 
@@ -279,7 +279,7 @@ def hf_rope_scaling(config) -> dict:
     return out
 
 
-def hf_rotary_dim(config) -> tuple:
+def hf_rotary_dim(config: object) -> tuple[int, int]:
     """``(head_dim, rotary_dim)`` of a HF config: ``head_dim`` (else ``hidden_size //
     num_attention_heads``) and ``int(head_dim * partial_rotary_factor)``."""
     head_dim = _cfg(config, "head_dim") or _cfg(config, "hidden_size") // _cfg(
@@ -307,8 +307,8 @@ def rotate_matrix(
     rotary_dims: Sequence[int],
     head_dim: int | None = None,
     mode: str = "half",
-    dtype=torch.float32,
-    device=None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
 ) -> Tensor:
     """Block-diagonal rotate matrix: ``mode`` within each block of ``rotary_dims``, zero tail up to
     ``head_dim`` (pass-through). ``rotate_matrix([128])`` is ``get_half_matrix(128)``;
@@ -368,7 +368,7 @@ def rope_1d(
     freqs_dtype: torch.dtype = torch.float64,
     dtype: torch.dtype = torch.float32,
     mat_dtype: torch.dtype = torch.float32,
-    device=None,
+    device: torch.device | str | None = None,
 ) -> RopeTables:
     """1D RoPE (LLMs): ``cos[..., s, :]`` for position ``positions[..., s] + offset``.
 
@@ -396,7 +396,7 @@ def grid_positions(
     *,
     center: bool | Sequence[bool] = False,
     start: Sequence[float] = (),
-    dtype=torch.float64,
+    dtype: torch.dtype = torch.float64,
 ) -> Tensor:
     """``[prod(grid), len(grid)]`` positions of a (t, h, w) / (h, w) grid, first axis slowest
     (``meshgrid(indexing="ij")`` flattened). ``start[a]`` shifts axis a; ``center`` (per axis or all)
@@ -426,7 +426,7 @@ def rope_nd(
     freqs_dtype: torch.dtype = torch.float64,
     dtype: torch.dtype = torch.float32,
     mat_dtype: torch.dtype = torch.float32,
-    device=None,
+    device: torch.device | str | None = None,
 ) -> RopeTables:
     """2D/3D (any N) RoPE with an axis split, as image/video models build it.
 
@@ -478,7 +478,7 @@ def rope_mrope(
     freqs_dtype: torch.dtype = torch.float64,
     dtype: torch.dtype = torch.float32,
     mat_dtype: torch.dtype = torch.float32,
-    device=None,
+    device: torch.device | str | None = None,
 ) -> RopeTables:
     """Multi-section RoPE (mRoPE: Qwen2-VL, ggml ``MROPE``): one RoPE over the whole rotary dim,
     whose frequency (pair) indices are split into ``sections`` (counted in pairs, e.g.
@@ -584,7 +584,7 @@ class RotaryEmbedding(torch.nn.Module):
         self._cache: dict[tuple, tuple] = {}
 
     @classmethod
-    def from_hf_config(cls, config, *, layout: str, **kwargs) -> RotaryEmbedding:
+    def from_hf_config(cls, config: object, *, layout: str, **kwargs: object) -> RotaryEmbedding:
         """The RoPE of a HF transformers config (half mode): ``head_dim`` and ``rotary_dim`` from
         ``hf_rotary_dim``, theta and scaling from ``hf_rope_scaling``. ``layout`` as for the
         constructor ("BNSD" for q/k as HF's attention holds them)."""
@@ -601,6 +601,7 @@ class RotaryEmbedding(torch.nn.Module):
         )
 
     def extra_repr(self) -> str:
+        """The settings shown by ``print(module)``."""
         return (
             f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, theta={self.theta}, "
             f"mode={self.mode!r}, layout={self.layout!r}, scaling={self.scaling}"
@@ -652,7 +653,9 @@ class RotaryEmbedding(torch.nn.Module):
             self._cache[key] = hit
         return hit
 
-    def tables(self, seq_len: int, *, offset: int = 0, device=None) -> RopeTables:
+    def tables(
+        self, seq_len: int, *, offset: float = 0, device: torch.device | str | None = None
+    ) -> RopeTables:
         """``RopeTables`` for positions ``offset .. offset + seq_len - 1``, viewed for the layout
         (e.g. ``[S, 1, D]`` for BSND).
 
@@ -698,7 +701,13 @@ class RotaryEmbedding(torch.nn.Module):
         *,
         offset: int = 0,
         positions: Tensor | None = None,
-    ):
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """``rope(q)`` -> q rotated; ``rope(q, k)`` -> ``(q_out, k_out)`` (one ``rope_matrix_qk`` call).
+
+        q and k in ``self.layout`` (k may have fewer heads); positions ``offset .. offset + S - 1``
+        (``offset``: tokens already in the KV cache) or the per-token ``positions`` (``[S]`` or
+        ``[B, S]``). Outputs have the inputs' dtypes.
+        """
         s = self._seq_len_of(q, k, positions)
         if positions is not None:
             tab = self._positions_tables(positions, offset, q.device)

@@ -301,7 +301,9 @@ def _current(mod):
 
 
 def patch_transformers(
-    model_or_module=None, *, families: Iterable[str] | str | None = None
+    model_or_module: torch.nn.Module | types.ModuleType | str | None = None,
+    *,
+    families: Iterable[str] | str | None = None,
 ) -> list[str]:
     """Rotate q/k of HF transformers models with ``rope_matrix``; returns the patched module names.
 
@@ -366,7 +368,9 @@ def _release(holder) -> None:
 
 
 def unpatch_transformers(
-    model_or_module=None, *, families: Iterable[str] | str | None = None
+    model_or_module: torch.nn.Module | types.ModuleType | str | None = None,
+    *,
+    families: Iterable[str] | str | None = None,
 ) -> list[str]:
     """Undo ``patch_transformers``; returns the module names restored to HF's own function.
 
@@ -401,7 +405,9 @@ def patched_modules() -> list[str]:
 
 @contextlib.contextmanager
 def rope_matrix_enabled(
-    model_or_module=None, *, families: Iterable[str] | str | None = None
+    model_or_module: torch.nn.Module | types.ModuleType | str | None = None,
+    *,
+    families: Iterable[str] | str | None = None,
 ) -> Iterator[list[str]]:
     """``with rope_matrix_enabled(model): ...`` patches on entry and restores on exit."""
     is_model = isinstance(model_or_module, torch.nn.Module)
