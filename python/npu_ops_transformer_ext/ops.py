@@ -107,7 +107,8 @@ def _check_table(op, name, t, x, x_name):
     for i in range(t.dim()):
         torch._check_value(
             t.shape[i] == 1 or t.shape[i] == x.shape[off + i],
-            lambda: f"{op}: {name} {list(t.shape)} does not broadcast to {x_name} {list(x.shape)}: dim {i} "
+            lambda i=i: f"{op}: {name} {list(t.shape)} does not broadcast to {x_name} {list(x.shape)}: "
+            f"dim {i} "
             f"is {t.shape[i]}, expected 1 or {x.shape[off + i]} (dims align from the right; "
             f"for_layout({name}, layout) views an [S, D] table for a BNSD, BSND or SBND {x_name})",
         )
