@@ -388,7 +388,13 @@ def _csv_list(v):
 def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
     """The command line (``python -m npu_ops_transformer_ext.sweep --help``); returns the rows (with
     ``--summarize``, the rows of each CSV)."""
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from . import _cli
+
+    ap = argparse.ArgumentParser(
+        prog="python -m npu_ops_transformer_ext.sweep",
+        description=__doc__.split("\n")[0],
+        formatter_class=_cli.HelpFormatter,
+    )
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma list of S")
     ap.add_argument("--dtypes", default=",".join(DTYPES), help=f"comma list of {DTYPES}")
     ap.add_argument("--layouts", default=",".join(LAYOUTS), help=f"comma list of {LAYOUTS}")
@@ -396,15 +402,16 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
     ap.add_argument("--threads", default="1,2,all", help="comma list of thread counts, 'all' = torch's default")
     ap.add_argument("--heads", type=int, default=24, help="B*N")
     ap.add_argument("--dim", type=int, default=128, help="D (the 3d mode needs 128)")
-    ap.add_argument("--table-dtype", default="same", choices=["same", "float32"])
+    ap.add_argument("--table-dtype", default="same", choices=["same", "float32"],
+                    help="dtype of sin/cos: x's own or float32")
     ap.add_argument("--no-qk", action="store_true", help="skip rope_matrix_qk")
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=2, help="untimed rounds per cell")
     ap.add_argument("--iters", type=int, default=10, help="rounds per cell, at least")
     ap.add_argument("--min-time", type=float, default=0.3,
                     help="seconds of rounds per cell, at least (more rounds for small sizes)")
-    ap.add_argument("--csv", default="bench_results/sweep.csv")
+    ap.add_argument("--csv", default="bench_results/sweep.csv", help="CSV file to write")
     ap.add_argument("--plot", default="bench_results/sweep.png", help="'' for none")
-    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--quiet", action="store_true", help="no per-cell lines")
     ap.add_argument("--summarize", nargs="+", metavar="CSV",
                     help="do not run: print the spread over these CSVs of earlier runs and plot them together")
     a = ap.parse_args(argv)
