@@ -18,20 +18,9 @@
 #include "lib/matmul_intf.h"
 
 #include "inc/rope_matrix_tiling.h"
+#include "rope_matrix_vec_common.h"
 
 namespace rope_matrix {
-
-// Copies a tiling struct from GM byte by byte: a byte pointer may alias any object, so the struct's
-// fields of any width are written without a strict-aliasing violation.
-template <typename S>
-__aicore__ inline void CopyTiling(S* dst, GM_ADDR src) {
-  AscendC::GlobalTensor<uint8_t> g;
-  g.SetGlobalBuffer((__gm__ uint8_t*)src, sizeof(S));
-  uint8_t* d = reinterpret_cast<uint8_t*>(dst);
-  for (uint32_t i = 0; i < sizeof(S); ++i) {
-    d[i] = g.GetValue(i);
-  }
-}
 
 // Vector cores per cube core in a KERNEL_TYPE_MIX_AIC_1_2 launch. On a vector core GetBlockIdx()
 // is cube * kVecPerCube + GetSubBlockIdx(); this spelling exists in every supported CANN version.
@@ -196,27 +185,8 @@ class RopeMatrixVec {
   __aicore__ inline void LoadTables(uint64_t sRow, uint32_t n, AscendC::LocalTensor<TT>& cosT,
                                     AscendC::LocalTensor<TT>& sinT, AscendC::LocalTensor<float>& cosF,
                                     AscendC::LocalTensor<float>& sinF) {
-    const uint32_t count = n * t_.dPad;
-    AscendC::DataCopyExtParams tabCopy{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(TT)), 0,
-                                       tGapBlocks_, 0};
-    AscendC::DataCopyPadExtParams<TT> tabPad{false, 0, 0, TT{}};
-    AscendC::LocalTensor<TT> cosIn = inCos_.template AllocTensor<TT>();
-    AscendC::DataCopyPad(cosIn, cosGm_[sRow * t_.d], tabCopy, tabPad);
-    inCos_.EnQue(cosIn);
-    AscendC::LocalTensor<TT> sinIn = inSin_.template AllocTensor<TT>();
-    AscendC::DataCopyPad(sinIn, sinGm_[sRow * t_.d], tabCopy, tabPad);
-    inSin_.EnQue(sinIn);
-    cosT = inCos_.template DeQue<TT>();
-    sinT = inSin_.template DeQue<TT>();
-    if constexpr (AscendC::IsSameType<TT, float>::value) {
-      cosF = cosT;
-      sinF = sinT;
-    } else {
-      cosF = cosF_.template Get<float>();
-      sinF = sinF_.template Get<float>();
-      AscendC::Cast(cosF, cosT, AscendC::RoundMode::CAST_NONE, count);
-      AscendC::Cast(sinF, sinT, AscendC::RoundMode::CAST_NONE, count);
-    }
+    LoadTableRows(cosGm_, sinGm_, sRow, n, static_cast<uint32_t>(t_.d), static_cast<uint32_t>(t_.dPad),
+                  tGapBlocks_, inCos_, inSin_, cosF_, sinF_, cosT, sinT, cosF, sinF);
   }
 
   // n rows of D elements: x rows `inner * D` apart in GM, workspace rows `innerChunk * D` apart.
@@ -260,11 +230,7 @@ class RopeMatrixVec {
   }
 
   __aicore__ inline void CopyOut(uint64_t xOff, uint32_t n) {
-    AscendC::LocalTensor<T> outT = outQ_.template DeQue<T>();
-    AscendC::DataCopyExtParams p{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(T)), xGapBlocks_,
-                                 static_cast<uint32_t>((t_.inner - 1) * t_.d * sizeof(T)), 0};
-    AscendC::DataCopyPad(outGm_[xOff], outT, p);
-    outQ_.FreeTensor(outT);
+    StoreOutRows(outGm_, outQ_, xOff, n, static_cast<uint32_t>(t_.d), xGapBlocks_, t_.inner);
   }
 
   RopeMatrixTiling t_;

@@ -18,19 +18,9 @@
 #include "kernel_operator.h"
 
 #include "inc/rope_matrix_tiling.h"
+#include "rope_matrix_vec_common.h"
 
 namespace rope_matrix {
-
-// Copies a tiling struct from GM byte by byte (no aliasing of its 64-bit fields).
-template <typename S>
-__aicore__ inline void CopyPermTiling(S* dst, GM_ADDR src) {
-  AscendC::GlobalTensor<uint8_t> g;
-  g.SetGlobalBuffer((__gm__ uint8_t*)src, sizeof(S));
-  uint8_t* d = reinterpret_cast<uint8_t*>(dst);
-  for (uint32_t i = 0; i < sizeof(S); ++i) {
-    d[i] = g.GetValue(i);
-  }
-}
 
 // T: x / out type; TT: sin / cos type (T or float).
 template <typename T, typename TT>
@@ -107,27 +97,8 @@ class RopeMatrixPerm {
   __aicore__ inline void LoadTables(uint64_t sRow, uint32_t n, AscendC::LocalTensor<TT>& cosT,
                                     AscendC::LocalTensor<TT>& sinT, AscendC::LocalTensor<float>& cosF,
                                     AscendC::LocalTensor<float>& sinF) {
-    const uint32_t count = n * t_.dPad;
-    AscendC::DataCopyExtParams tabCopy{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(TT)), 0,
-                                       tGapBlocks_, 0};
-    AscendC::DataCopyPadExtParams<TT> tabPad{false, 0, 0, TT{}};
-    AscendC::LocalTensor<TT> cosIn = inCos_.template AllocTensor<TT>();
-    AscendC::DataCopyPad(cosIn, cosGm_[sRow * t_.d], tabCopy, tabPad);
-    inCos_.EnQue(cosIn);
-    AscendC::LocalTensor<TT> sinIn = inSin_.template AllocTensor<TT>();
-    AscendC::DataCopyPad(sinIn, sinGm_[sRow * t_.d], tabCopy, tabPad);
-    inSin_.EnQue(sinIn);
-    cosT = inCos_.template DeQue<TT>();
-    sinT = inSin_.template DeQue<TT>();
-    if constexpr (AscendC::IsSameType<TT, float>::value) {
-      cosF = cosT;
-      sinF = sinT;
-    } else {
-      cosF = cosF_.template Get<float>();
-      sinF = sinF_.template Get<float>();
-      AscendC::Cast(cosF, cosT, AscendC::RoundMode::CAST_NONE, count);
-      AscendC::Cast(sinF, sinT, AscendC::RoundMode::CAST_NONE, count);
-    }
+    LoadTableRows(cosGm_, sinGm_, sRow, n, static_cast<uint32_t>(t_.d), static_cast<uint32_t>(t_.dPad),
+                  tGapBlocks_, inCos_, inSin_, cosF_, sinF_, cosT, sinT, cosF, sinF);
   }
 
   // n rows of D elements, rows `inner * D` apart in GM.
@@ -166,11 +137,7 @@ class RopeMatrixPerm {
   }
 
   __aicore__ inline void CopyOut(uint64_t xOff, uint32_t n) {
-    AscendC::LocalTensor<T> outT = outQ_.template DeQue<T>();
-    AscendC::DataCopyExtParams p{static_cast<uint16_t>(n), static_cast<uint32_t>(t_.d * sizeof(T)), xGapBlocks_,
-                                 static_cast<uint32_t>((t_.inner - 1) * t_.d * sizeof(T)), 0};
-    AscendC::DataCopyPad(outGm_[xOff], outT, p);
-    outQ_.FreeTensor(outT);
+    StoreOutRows(outGm_, outQ_, xOff, n, static_cast<uint32_t>(t_.d), xGapBlocks_, t_.inner);
   }
 
   RopePermTiling t_;
@@ -188,7 +155,7 @@ class RopeMatrixPerm {
 template <typename T, typename TT>
 __aicore__ inline void RopeMatrixPermKernel(GM_ADDR x, GM_ADDR sin, GM_ADDR cos, GM_ADDR out, GM_ADDR tiling) {
   RopePermTiling t;
-  CopyPermTiling(&t, tiling);
+  CopyTiling(&t, tiling);
   AscendC::TPipe pipe;
   RopeMatrixPerm<T, TT> op;
   op.Init(x, sin, cos, out, tiling, t, &pipe);
