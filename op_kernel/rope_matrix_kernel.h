@@ -128,8 +128,8 @@ class RopeMatrixVec {
       pipe->InitBuffer(sinF_, tile * sizeof(float));
     }
     // UB gap (in 32-byte blocks) after each row so rows sit dPad elements apart.
-    xGapBlocks_ = (t.dPad * sizeof(T) - RoundUp32(t.d * sizeof(T))) / 32;
-    tGapBlocks_ = (t.dPad * sizeof(TT) - RoundUp32(t.d * sizeof(TT))) / 32;
+    xGapBlocks_ = RowGapBlocks<T>(t.dPad, t.d);
+    tGapBlocks_ = RowGapBlocks<TT>(t.dPad, t.d);
   }
 
   __aicore__ inline void Process() {
@@ -179,7 +179,6 @@ class RopeMatrixVec {
   }
 
  private:
-  __aicore__ static inline uint32_t RoundUp32(uint32_t bytes) { return (bytes + 31) / 32 * 32; }
 
   // cos/sin rows [sRow, sRow + n), dPad apart in UB, as fp32 (a cast once when they are not).
   __aicore__ inline void LoadTables(uint64_t sRow, uint32_t n, AscendC::LocalTensor<TT>& cosT,

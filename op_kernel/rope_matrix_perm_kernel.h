@@ -47,8 +47,8 @@ class RopeMatrixPerm {
       pipe->InitBuffer(cosF_, tile * sizeof(float));
       pipe->InitBuffer(sinF_, tile * sizeof(float));
     }
-    xGapBlocks_ = (t.dPad * sizeof(T) - RoundUp32(t.d * sizeof(T))) / 32;
-    tGapBlocks_ = (t.dPad * sizeof(TT) - RoundUp32(t.d * sizeof(TT))) / 32;
+    xGapBlocks_ = RowGapBlocks<T>(t.dPad, t.d);
+    tGapBlocks_ = RowGapBlocks<TT>(t.dPad, t.d);
     // Gather offsets (uint32 bytes into xF, per tile element) then signs (float +-1), one copy.
     AscendC::LocalTensor<uint32_t> c = constQ_.template AllocTensor<uint32_t>();
     AscendC::DataCopyExtParams cp{1, 2 * tile * static_cast<uint32_t>(sizeof(uint32_t)), 0, 0, 0};
@@ -92,7 +92,6 @@ class RopeMatrixPerm {
 
  private:
   static constexpr uint32_t kZeroSlotElems = 8;  // one 32-byte block of fp32 zeros
-  __aicore__ static inline uint32_t RoundUp32(uint32_t bytes) { return (bytes + 31) / 32 * 32; }
 
   __aicore__ inline void LoadTables(uint64_t sRow, uint32_t n, AscendC::LocalTensor<TT>& cosT,
                                     AscendC::LocalTensor<TT>& sinT, AscendC::LocalTensor<float>& cosF,

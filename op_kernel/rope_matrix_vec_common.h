@@ -21,6 +21,13 @@ __aicore__ inline void CopyTiling(S* dst, GM_ADDR src) {
   }
 }
 
+// 32-byte blocks of UB left after a row of d elements of type E (DataCopyPad fills whole blocks)
+// so that rows sit dPad elements apart: the gap a row copy between GM and UB skips.
+template <typename E>
+__aicore__ inline uint32_t RowGapBlocks(uint32_t dPad, uint32_t d) {
+  return (dPad * sizeof(E) - (d * sizeof(E) + 31) / 32 * 32) / 32;
+}
+
 // cos/sin rows [sRow, sRow + n) of width d into UB, dPad apart (gapBlocks 32-byte blocks between
 // rows), and their fp32 views: the rows themselves for fp32 tables, else one Cast each into the
 // VECCALC buffers cosBuf/sinBuf.

@@ -92,10 +92,8 @@ def apply_rotary_pos_emb(
     (measured on tiny LLaMA/Mistral/Qwen models: logits within one bf16 ulp at the logits' scale).
     """
     cos, sin = _unsqueezed(cos, sin, position_ids, unsqueeze_dim)
-    tab = torch.promote_types(cos.dtype, sin.dtype)
-    return _rope_qk(
-        q.to(torch.promote_types(q.dtype, tab)), k.to(torch.promote_types(k.dtype, tab)), cos, sin
-    )
+    qd, kd = _hf_dtypes(q, k, cos, sin)
+    return _rope_qk(q.to(qd), k.to(kd), cos, sin)
 
 
 def apply_rotary_pos_emb_partial(
@@ -111,8 +109,7 @@ def apply_rotary_pos_emb_partial(
     rest pass through unchanged (``cat([rotated, q[..., r:]], -1)``). Same arguments and numerics."""
     cos, sin = _unsqueezed(cos, sin, position_ids, unsqueeze_dim)
     r = cos.shape[-1]
-    tab = torch.promote_types(cos.dtype, sin.dtype)
-    qd, kd = torch.promote_types(q.dtype, tab), torch.promote_types(k.dtype, tab)
+    qd, kd = _hf_dtypes(q, k, cos, sin)
     if r == q.shape[-1] and r == k.shape[-1]:
         return _rope_qk(q.to(qd), k.to(kd), cos, sin)
     qe, ke = _rope_qk(q[..., :r].to(qd), k[..., :r].to(kd), cos, sin)
@@ -131,14 +128,18 @@ def apply_rotary_pos_emb_keep_dtype(
     dtypes (``q_embed.to(q.dtype)``). With float32 tables and bf16/fp16 q this is one op call on q
     as it is (the op computes in float32 and rounds once), bit for bit what HF computes."""
     cos, sin = _unsqueezed(cos, sin, position_ids, unsqueeze_dim)
-    tab = torch.promote_types(cos.dtype, sin.dtype)
     small = (torch.bfloat16, torch.float16, torch.float32)
-    if tab in small and q.dtype in small and k.dtype in small:
+    if torch.promote_types(cos.dtype, sin.dtype) in small and q.dtype in small and k.dtype in small:
         return _rope_qk(q, k, cos, sin)
-    qe, ke = _rope_qk(
-        q.to(torch.promote_types(q.dtype, tab)), k.to(torch.promote_types(k.dtype, tab)), cos, sin
-    )
+    qd, kd = _hf_dtypes(q, k, cos, sin)
+    qe, ke = _rope_qk(q.to(qd), k.to(kd), cos, sin)
     return qe.to(q.dtype), ke.to(k.dtype)
+
+
+def _hf_dtypes(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[torch.dtype, torch.dtype]:
+    """The dtypes of HF's ``q * cos + rotate_half(q) * sin`` and of the same for k."""
+    tab = torch.promote_types(cos.dtype, sin.dtype)
+    return torch.promote_types(q.dtype, tab), torch.promote_types(k.dtype, tab)
 
 
 def _unsqueezed(cos: Tensor, sin: Tensor, position_ids, unsqueeze_dim: int):
