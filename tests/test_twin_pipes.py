@@ -3,6 +3,8 @@
 A missing synchronisation between two pipes that touch the same UB bytes is stopped with
 `pipe-race` naming the kind (RAW/WAR/WAW), both pipes, the bytes and both instructions; the same
 kernel with its SetFlag/WaitFlag or PipeBarrier<PIPE_ALL> passes, so the rule is about the sync.
+Two copies of one pipe (MTE2, MTE3) whose destinations overlap need a PipeBarrier on that pipe
+(`same-pipe-overlap`); with it they pass.
 The broken kernels are TEST-ONLY (twin/test_kernels/broken_kernels.cpp).
 """
 
@@ -54,10 +56,50 @@ def test_missing_sync_is_a_pipe_race(variant, expected):
         assert part in str(ei.value)
 
 
-@pytest.mark.parametrize("variant", ["test_only_synced_tbuf_read", "test_only_synced_overwrite_after_copy_out"])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "test_only_synced_tbuf_read",
+        "test_only_synced_overwrite_after_copy_out",
+        "test_only_synced_mte2_overlapping_dst",
+        "test_only_synced_mte3_overlapping_dst",
+    ],
+)
 def test_same_kernel_with_its_sync_passes(variant):
     x, y, sin, cos = _inputs()
     twin._run(x, y, sin, cos, soc="Ascend910B3", variant=variant)
+
+
+@pytest.mark.parametrize(
+    "variant,expected",
+    [
+        (
+            "test_only_mte2_overlapping_dst",
+            [
+                "DataCopyPad(GM->UB) (instruction #2 of PIPE_MTE2) writes UB bytes [0, 32)",
+                "DataCopyPad(GM->UB) (instruction #1 of PIPE_MTE2) also writes",
+                "no PipeBarrier<PIPE_MTE2>",
+            ],
+        ),
+        (
+            "test_only_mte3_overlapping_dst",
+            [
+                "DataCopyPad(UB->GM) (instruction #2 of PIPE_MTE3) writes GM 'out' bytes",
+                "DataCopyPad(UB->GM) (instruction #1 of PIPE_MTE3) also writes",
+                "no PipeBarrier<PIPE_MTE3>",
+            ],
+        ),
+    ],
+)
+def test_overlapping_copies_of_one_pipe_need_its_barrier(variant, expected):
+    # The DataCopy pages' constraint: consecutive copies with overlapping destinations need
+    # PipeBarrier<PIPE_MTE2> (UB destination) or PipeBarrier<PIPE_MTE3> (GM destination).
+    x, y, sin, cos = _inputs()
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", variant=variant)
+    assert ei.value.rule == "same-pipe-overlap", str(ei.value)
+    for part in expected:
+        assert part in str(ei.value)
 
 
 @pytest.mark.parametrize("kernel", ["mix", "perm"])

@@ -45,10 +45,17 @@ KERNEL_VARIANTS = [
     ("test_only_pipe_race_tbuf_read", "pipe-race", "AIV_"),
     ("test_only_pipe_race_overwrite_after_copy_out", "pipe-race", "AIV_"),
     ("test_only_ub_uninitialized_reaches_gm", "uninitialized-read", "AIV_"),
+    ("test_only_mte2_overlapping_dst", "same-pipe-overlap", "AIV_"),
+    ("test_only_mte3_overlapping_dst", "same-pipe-overlap", "AIV_"),
 ]
 
-# The pipe-race kernels with their synchronisation added: they must pass (test_twin_pipes.py).
-SYNCED_VARIANTS = ["test_only_synced_tbuf_read", "test_only_synced_overwrite_after_copy_out"]
+# The pipe-race and same-pipe-overlap kernels with their synchronisation added: they must pass (test_twin_pipes.py).
+SYNCED_VARIANTS = [
+    "test_only_synced_tbuf_read",
+    "test_only_synced_overwrite_after_copy_out",
+    "test_only_synced_mte2_overlapping_dst",
+    "test_only_synced_mte3_overlapping_dst",
+]
 
 
 def test_every_test_only_variant_is_covered():

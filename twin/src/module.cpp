@@ -44,6 +44,10 @@ TEST_ONLY(test_only_pipe_race_tbuf_read)
 TEST_ONLY(test_only_pipe_race_overwrite_after_copy_out)
 TEST_ONLY(test_only_synced_tbuf_read)
 TEST_ONLY(test_only_synced_overwrite_after_copy_out)
+TEST_ONLY(test_only_mte2_overlapping_dst)
+TEST_ONLY(test_only_mte3_overlapping_dst)
+TEST_ONLY(test_only_synced_mte2_overlapping_dst)
+TEST_ONLY(test_only_synced_mte3_overlapping_dst)
 #undef TEST_ONLY
 
 namespace {
@@ -102,6 +106,10 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_pipe_race_overwrite_after_copy_out", test_only_pipe_race_overwrite_after_copy_out},
       {"test_only_synced_tbuf_read", test_only_synced_tbuf_read},
       {"test_only_synced_overwrite_after_copy_out", test_only_synced_overwrite_after_copy_out},
+      {"test_only_mte2_overlapping_dst", test_only_mte2_overlapping_dst},
+      {"test_only_mte3_overlapping_dst", test_only_mte3_overlapping_dst},
+      {"test_only_synced_mte2_overlapping_dst", test_only_synced_mte2_overlapping_dst},
+      {"test_only_synced_mte3_overlapping_dst", test_only_synced_mte3_overlapping_dst},
   };
   return k;
 }

@@ -345,8 +345,71 @@ BROKEN_ENTRY(test_only_ub_uninitialized_reaches_gm) {
     o = q.DeQue<float>();
     DataCopyExtParams p{1, 64 * sizeof(bfloat16_t), 0, 0, 0};
     DataCopyPad(c.out[GetBlockIdx() * c.t.d], o.ReinterpretCast<bfloat16_t>(), p);
+    PipeBarrier<PIPE_MTE3>();  // the second copy rewrites the first one's GM bytes
     DataCopyExtParams p2{1, 128 * sizeof(bfloat16_t), 0, 0, 0};
     DataCopyPad(c.out[GetBlockIdx() * c.t.d], o.ReinterpretCast<bfloat16_t>(), p2);
     q.FreeTensor(o);
   }
+}
+
+// ---- same-pipe-overlap: two copies of one pipe with overlapping destinations, no PipeBarrier ------
+// `sync` selects the correct version (PipeBarrier<PIPE_MTE2> / <PIPE_MTE3> between the copies).
+
+namespace {
+// Two GM -> UB copies into the same UB bytes: MTE2 may run them overlapped, either may land last.
+void mte2_same_dst(Ctx& c, bool sync) {
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TBuf<TPosition::VECIN> in;
+    pipe.InitBuffer(in, 1024);
+    LocalTensor<bfloat16_t> t = in.Get<bfloat16_t>();
+    DataCopyExtParams p{1, static_cast<uint32_t>(c.t.d * sizeof(bfloat16_t)), 0, 0, 0};
+    DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
+    DataCopyPad(t, c.x, p, pad);
+    if (sync) PipeBarrier<PIPE_MTE2>();
+    DataCopyPad(t, c.x[c.t.d], p, pad);
+  }
+}
+
+// Two UB -> GM copies to the same out row: MTE3 may run them overlapped, either may land last.
+void mte3_same_dst(Ctx& c, bool sync) {
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TBuf<TPosition::VECCALC> b;
+    pipe.InitBuffer(b, 1024);
+    LocalTensor<float> f = b.Get<float>();
+    Duplicate(f, 0.0f, 64);
+    SetFlag<HardEvent::V_MTE3>(0);
+    WaitFlag<HardEvent::V_MTE3>(0);
+    LocalTensor<bfloat16_t> o = f.ReinterpretCast<bfloat16_t>();
+    DataCopyExtParams p{1, 64 * sizeof(bfloat16_t), 0, 0, 0};
+    DataCopyPad(c.out[GetBlockIdx() * c.t.d], o, p);
+    if (sync) PipeBarrier<PIPE_MTE3>();
+    DataCopyPad(c.out[GetBlockIdx() * c.t.d + 32], o, p);
+  }
+}
+}  // namespace
+
+BROKEN_ENTRY(test_only_mte2_overlapping_dst) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  mte2_same_dst(c, false);
+}
+
+BROKEN_ENTRY(test_only_mte3_overlapping_dst) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  mte3_same_dst(c, false);
+}
+
+BROKEN_ENTRY(test_only_synced_mte2_overlapping_dst) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  mte2_same_dst(c, true);
+}
+
+BROKEN_ENTRY(test_only_synced_mte3_overlapping_dst) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  mte3_same_dst(c, true);
 }

@@ -36,6 +36,7 @@ __aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>
   dst.check(0, count, true, "DataCopy(UB->GM)");
   dst.account(0, bytes, true);
   ::twin::issue(::twin::kPipeMte3, "DataCopy(UB->GM)");
+  dst.mte3_write(0, bytes);
   src.touch(::twin::kPipeMte3, 0, bytes, false);
   src.require_defined("DataCopy(UB->GM)", 0, bytes);
   std::memcpy(dst.raw(), src.ptr(), bytes);
@@ -76,6 +77,7 @@ __aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>
   ::twin::issue(::twin::kPipeMte3, "DataCopy(UB->GM, params)");
   for (uint32_t i = 0; i < p.blockCount; ++i) {
     dst.account(i * (blen + dg), blen, true);
+    dst.mte3_write(i * (blen + dg), blen);
     src.touch(::twin::kPipeMte3, i * (blen + sg), blen, false);
     src.require_defined("DataCopy(UB->GM, params)", i * (blen + sg), blen);
     std::memcpy(reinterpret_cast<uint8_t*>(dst.raw()) + i * (blen + dg),
@@ -134,6 +136,7 @@ __aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor
   ::twin::issue(::twin::kPipeMte3, "DataCopyPad(UB->GM)");
   for (uint32_t i = 0; i < p.blockCount; ++i) {
     dst.account(i * gm_pitch, blen, true);
+    dst.mte3_write(i * gm_pitch, blen);
     src.touch(::twin::kPipeMte3, i * ub_pitch, blen, false);
     src.require_defined("DataCopyPad(UB->GM)", i * ub_pitch, blen);
     std::memcpy(reinterpret_cast<uint8_t*>(dst.raw()) + i * gm_pitch, s + i * ub_pitch, blen);

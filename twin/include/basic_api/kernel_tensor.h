@@ -7,6 +7,7 @@
 #include "basic_api/kernel_type.h"
 #include "twin/types.h"
 #include "twin/gm.h"
+#include "twin/pipe_order.h"
 #include "twin/ub.h"
 
 namespace AscendC {
@@ -50,6 +51,11 @@ class GlobalTensor {
     const auto& r = l.region(region_);
     const uint64_t off = reinterpret_cast<const uint8_t*>(ptr_) + byte_first - r.base;
     l.record_gm(region_, write, off, bytes);
+  }
+  // A write of `bytes` bytes from `byte_first` past ptr_ by the current MTE3 instruction (same-pipe rule).
+  void mte3_write(uint64_t byte_first, uint64_t bytes) const {
+    const auto& r = ::twin::launch().region(region_);
+    ::twin::mte3_gm_write(region_, reinterpret_cast<const uint8_t*>(ptr_) + byte_first - r.base, bytes);
   }
   T* raw() const { return ptr_; }
   int region() const { return region_; }
@@ -119,6 +125,7 @@ class LocalTensor {
   // Records an access of `bytes` UB bytes from `byte_first` past this tensor's start by the
   // current instruction of `pipe` (hazard model).
   void touch(int pipe, uint64_t byte_first, uint64_t bytes, bool write) const {
+    if (pipe == ::twin::kPipeMte2 && write) ::twin::check_mte2_ub_overlap(off_ + byte_first, bytes);
     ::twin::core().pipes.access(pipe, off_ + byte_first, bytes, write);
   }
   // UB initcheck shadow (one byte per UB byte) of this tensor's first byte.

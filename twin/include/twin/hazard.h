@@ -6,10 +6,11 @@
 // the number of pipe-p instructions pipe q has provably waited for. An instruction on pipe q takes
 // the next epoch of q; a SetFlag<X_Y> snapshots vc[X], the matching WaitFlag joins it into vc[Y];
 // PipeBarrier<PIPE_ALL> joins every pipe; a TQue implies its hardware events (VECIN: EnQue/DeQue is
-// MTE2 -> V, FreeTensor/AllocTensor is V -> MTE2; VECOUT: V -> MTE3 and MTE3 -> V). Instructions on
-// one pipe are taken to run in order. Per 32-byte UB block the model keeps the last writer and the
+// MTE2 -> V, FreeTensor/AllocTensor is V -> MTE2; VECOUT: V -> MTE3 and MTE3 -> V). Per 32-byte UB block the model keeps the last writer and the
 // readers since then; an access on pipe q that conflicts (RAW, WAR, WAW) with an access on another
-// pipe p whose epoch q has not waited for is a race.
+// pipe p whose epoch q has not waited for is a race. Instructions of one pipe issue in order but may
+// overlap (twin/pipe_order.h checks the same-pipe rules on that): done[q] counts the pipe-q
+// instructions known complete (a PipeBarrier<q>, PIPE_ALL, or an event whose snapshot covers them).
 #pragma once
 
 #include <array>
@@ -30,8 +31,18 @@ struct UbShadow {  // one 32-byte UB block
   const char* r_api[kPipes] = {};
 };
 
+// A GM write of an MTE3 instruction not yet known complete (twin/pipe_order.h).
+struct GmPending {
+  uint32_t epoch = 0;
+  const char* api = nullptr;
+  int region = -1;
+  uint64_t lo = 0, hi = 0;
+};
+
 struct PipeModel {
   VClock vc[kPipes] = {};
+  uint32_t done[kPipes] = {};
+  std::vector<GmPending> mte3_gm;
   VClock event_snap[64][8] = {};
   std::vector<UbShadow> ub;  // grown on demand, one entry per 32-byte block
   const char* cur_api[kPipes] = {};
@@ -46,12 +57,14 @@ struct PipeModel {
   // Everything issued on `src` so far becomes visible to `dst` (a SetFlag/WaitFlag pair).
   void join(int dst, const VClock& snap) {
     for (int p = 0; p < kPipes; ++p) vc[dst][p] = vc[dst][p] > snap[p] ? vc[dst][p] : snap[p];
+    done[dst] = done[dst] > snap[dst] ? done[dst] : snap[dst];
   }
   void barrier_all() {
     VClock all{};
     for (int q = 0; q < kPipes; ++q)
       for (int p = 0; p < kPipes; ++p) all[p] = all[p] > vc[q][p] ? all[p] : vc[q][p];
     for (int q = 0; q < kPipes; ++q) vc[q] = all;
+    for (int q = 0; q < kPipes; ++q) done[q] = all[q];
   }
 };
 

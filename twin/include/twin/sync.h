@@ -7,6 +7,7 @@
 
 #include "twin/core.h"
 #include "twin/hazard.h"
+#include "twin/pipe_order.h"
 
 namespace twin {
 
@@ -68,6 +69,7 @@ inline void pipe_barrier(int pipe) {
   tick();
   if (pipe == kPipeS) fail("pipe-barrier", "PipeBarrier<PIPE_S> is not allowed");
   if (pipe == kPipeAll) core().pipes.barrier_all();
+  else barrier_pipe(pipe);
 }
 
 // CrossCoreSetFlag<mode, pipe>: `flag-pipe` (the set is issued on a pipe; S and ALL are not pipes
