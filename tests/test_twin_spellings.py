@@ -1,6 +1,7 @@
 """The twin's Ascend C headers (twin/include) accept only the API spellings every supported CANN
 version (8.0.RC2 to 9.x) has, so a version-specific name fails to compile here as it would on some
-toolkit. Each snippet is type-checked with g++ (-fsyntax-only); the portable control must compile."""
+toolkit; the copy parameter structs have the real header's fields (their types and order are
+static_asserts in basic_api/kernel_struct_data_copy.h). Each snippet is type-checked with g++ (-fsyntax-only); the portable control must compile."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ CONTROL = HEAD + (
     "using A = " + MT.format("bfloat16_t") + ";\nusing Bias = " + MT.format("float") + ";\n"
     "matmul::Matmul<A, A, A, Bias> mm;\n"
     "int64_t cube() { return (AscendC::GetBlockIdx() - AscendC::GetSubBlockIdx()) / 2; }\n"
+    # the copy parameter structs with the real header's field names and constructors
+    "AscendC::DataCopyParams dp(1, 2, 3, 4);\n"
+    "uint16_t gaps() { dp.srcGap = 1; dp.dstStride = 2; return dp.srcStride + dp.dstGap; }\n"
+    "AscendC::DataCopyExtParams ep{1, 64, 0, 0, 0};\n"
+    "AscendC::DataCopyPadExtParams<half> pp{false, 0, 0, half{}};\n"
 )
 
 # name: (source, text the first error must contain)
@@ -34,6 +40,14 @@ BAD = {
     "default bf16 bias type": (
         HEAD + "using A = " + MT.format("bfloat16_t") + ";\nmatmul::Matmul<A, A, A> mm;\n",
         "pass BIAS_TYPE explicitly",
+    ),
+    "srcGap on DataCopyExtParams (DataCopyParams only)": (
+        HEAD + "uint32_t g(AscendC::DataCopyExtParams& p) { return p.srcGap; }\n",
+        "srcGap",
+    ),
+    "DataCopyExtParams with a field too many": (
+        HEAD + "AscendC::DataCopyExtParams p{1, 64, 0, 0, 0, 0};\n",
+        "DataCopyExtParams",
     ),
     "ASCENDC_CUBE_ONLY after kernel_operator.h": (
         '#include "kernel_operator.h"\n#define ASCENDC_CUBE_ONLY\n#include "lib/matmul_intf.h"\n',

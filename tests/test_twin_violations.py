@@ -47,6 +47,9 @@ KERNEL_VARIANTS = [
     ("test_only_ub_uninitialized_reaches_gm", "uninitialized-read", "AIV_"),
     ("test_only_mte2_overlapping_dst", "same-pipe-overlap", "AIV_"),
     ("test_only_mte3_overlapping_dst", "same-pipe-overlap", "AIV_"),
+    ("test_only_datacopy_params_block_count", "datacopy-range", "AIV_"),
+    ("test_only_datacopy_ext_block_len", "datacopy-range", "AIV_"),
+    ("test_only_datacopy_pad_too_wide", "datacopy-range", "AIV_"),
 ]
 
 # The pipe-race and same-pipe-overlap kernels with their synchronisation added: they must pass (test_twin_pipes.py).
@@ -75,6 +78,23 @@ def test_broken_kernel_raises_expected_rule(variant, rule, core):
     assert ei.value.rule == rule, str(ei.value)
     assert ei.value.core.startswith(core), str(ei.value)
     assert f"[{rule}]" in str(ei.value)
+
+
+@pytest.mark.parametrize(
+    "variant,field",
+    [
+        ("test_only_datacopy_block_count", "DataCopyExtParams.blockCount = 4096 outside [0, 4095]"),
+        ("test_only_datacopy_params_block_count", "DataCopyParams.blockCount = 4096 outside [0, 4095]"),
+        ("test_only_datacopy_ext_block_len", "DataCopyExtParams.blockLen = 2097152 outside [0, 2097151]"),
+        ("test_only_datacopy_pad_too_wide", "DataCopyPadExtParams.rightPadding = 17 outside [0, 16]"),
+    ],
+)
+def test_datacopy_range_names_the_field(variant, field):
+    x, y, sin, cos = _inputs()
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", variant=variant)
+    assert ei.value.rule == "datacopy-range"
+    assert field in str(ei.value)
 
 
 def test_deadlock_report_names_the_waiting_core_and_flag():

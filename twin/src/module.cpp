@@ -48,6 +48,9 @@ TEST_ONLY(test_only_mte2_overlapping_dst)
 TEST_ONLY(test_only_mte3_overlapping_dst)
 TEST_ONLY(test_only_synced_mte2_overlapping_dst)
 TEST_ONLY(test_only_synced_mte3_overlapping_dst)
+TEST_ONLY(test_only_datacopy_params_block_count)
+TEST_ONLY(test_only_datacopy_ext_block_len)
+TEST_ONLY(test_only_datacopy_pad_too_wide)
 #undef TEST_ONLY
 
 namespace {
@@ -110,6 +113,9 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_mte3_overlapping_dst", test_only_mte3_overlapping_dst},
       {"test_only_synced_mte2_overlapping_dst", test_only_synced_mte2_overlapping_dst},
       {"test_only_synced_mte3_overlapping_dst", test_only_synced_mte3_overlapping_dst},
+      {"test_only_datacopy_params_block_count", test_only_datacopy_params_block_count},
+      {"test_only_datacopy_ext_block_len", test_only_datacopy_ext_block_len},
+      {"test_only_datacopy_pad_too_wide", test_only_datacopy_pad_too_wide},
   };
   return k;
 }

@@ -413,3 +413,52 @@ BROKEN_ENTRY(test_only_synced_mte3_overlapping_dst) {
   Ctx c = load(x, out, tiling);
   mte3_same_dst(c, true);
 }
+
+// ---- datacopy-range: a parameter struct's field outside its documented A2 range ------------------
+
+// DataCopy with DataCopyParams of 4096 blocks (the field is uint16_t; A2 takes at most 4095).
+BROKEN_ENTRY(test_only_datacopy_params_block_count) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TQue<TPosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 1, 4096 * 32);
+    LocalTensor<bfloat16_t> t = q.AllocTensor<bfloat16_t>();
+    DataCopyParams p{4096, 1, 0, 0};
+    DataCopy(t, c.x, p);
+    q.FreeTensor(t);
+  }
+}
+
+// DataCopyPad of one 2 097 152-byte block (A2 takes at most 2 097 151 bytes per block).
+BROKEN_ENTRY(test_only_datacopy_ext_block_len) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TQue<TPosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 1, 1024);
+    LocalTensor<bfloat16_t> t = q.AllocTensor<bfloat16_t>();
+    DataCopyExtParams p{1, 2097152, 0, 0, 0};
+    DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
+    DataCopyPad(t, c.x, p, pad);
+    q.FreeTensor(t);
+  }
+}
+
+// DataCopyPad with 17 bf16 of right padding: 34 bytes, over the 32 each side may take.
+BROKEN_ENTRY(test_only_datacopy_pad_too_wide) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TQue<TPosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 1, 1024);
+    LocalTensor<bfloat16_t> t = q.AllocTensor<bfloat16_t>();
+    DataCopyExtParams p{1, 64, 0, 0, 0};
+    DataCopyPadExtParams<bfloat16_t> pad{true, 0, 17, bfloat16_t{}};
+    DataCopyPad(t, c.x, p, pad);
+    q.FreeTensor(t);
+  }
+}

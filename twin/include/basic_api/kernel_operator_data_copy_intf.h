@@ -48,6 +48,7 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>
   ::twin::tick();
   ::twin::require_aiv("DataCopy(GM->UB, params)");
   dst.check_gm_to_ub_position("DataCopy(GM->UB, params)");
+  ::twin::check_copy_params("DataCopy(GM->UB, params)", p.blockCount);
   if (p.blockCount == 0 || p.blockLen == 0) return;
   const uint64_t blen = p.blockLen * 32ull, sg = p.srcStride * 32ull, dg = p.dstStride * 32ull;
   const uint64_t src_span = p.blockCount * blen + (p.blockCount - 1) * sg;
@@ -68,6 +69,7 @@ template <typename T>
 __aicore__ inline void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p) {
   ::twin::tick();
   ::twin::require_aiv("DataCopy(UB->GM, params)");
+  ::twin::check_copy_params("DataCopy(UB->GM, params)", p.blockCount);
   if (p.blockCount == 0 || p.blockLen == 0) return;
   const uint64_t blen = p.blockLen * 32ull, sg = p.srcStride * 32ull, dg = p.dstStride * 32ull;
   const uint64_t src_span = p.blockCount * blen + (p.blockCount - 1) * sg;
@@ -92,10 +94,10 @@ __aicore__ inline void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor
                                    const DataCopyPadExtParams<T>& pad) {
   ::twin::tick();
   ::twin::require_aiv("DataCopyPad(GM->UB)");
-  ::twin::check_block_count("DataCopyPad(GM->UB)", p.blockCount);
+  ::twin::check_ext_params("DataCopyPad(GM->UB)", p.blockCount, p.blockLen, sizeof(T), ::twin::type_name<T>());
+  ::twin::check_pad_params("DataCopyPad(GM->UB)", pad.leftPadding, pad.rightPadding, sizeof(T));
   dst.check_gm_to_ub_position("DataCopyPad(GM->UB)");
   if (p.blockCount == 0 || p.blockLen == 0) return;
-  ::twin::check_ext_block_len(p.blockLen, sizeof(T), ::twin::type_name<T>());
   if (pad.leftPadding || pad.rightPadding) {
     ::twin::fail("twin-unmodelled", "DataCopyPad with left/right padding is not modelled by the twin");
   }
@@ -125,9 +127,8 @@ template <typename T>
 __aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p) {
   ::twin::tick();
   ::twin::require_aiv("DataCopyPad(UB->GM)");
-  ::twin::check_block_count("DataCopyPad(UB->GM)", p.blockCount);
+  ::twin::check_ext_params("DataCopyPad(UB->GM)", p.blockCount, p.blockLen, sizeof(T), ::twin::type_name<T>());
   if (p.blockCount == 0 || p.blockLen == 0) return;
-  ::twin::check_ext_block_len(p.blockLen, sizeof(T), ::twin::type_name<T>());
   const uint64_t blen = p.blockLen, ub_block = (blen + 31) / 32 * 32, ub_pitch = ub_block + p.srcStride * 32ull;
   const uint64_t gm_pitch = blen + p.dstStride;
   src.check(((p.blockCount - 1) * ub_pitch + ub_block) / sizeof(T), ::twin::Role::MteOut, "DataCopyPad(UB->GM)");
