@@ -133,7 +133,10 @@ def test_twin_seed_shape_reduced_s():
     # 2880 rows over 40 vector cores: 72 each, in two steps per cube core.
     assert {c["rows"] for c in rep["cores"] if c["type"] == "AIV"} == {72 * 24}
     # GM traffic (docs/kernel.md): x read by cube and vector, x@y written and read once through
-    # the workspace, out written once, every table row read once, y once per cube core.
+    # the workspace, out written once, every table row read once, y once per IterateAll: the Matmul
+    # API keeps no copy of B in L1 between IterateAll calls (twin/include/twin/matmul_l1.h), and
+    # baseM covers the 80 rows of an IterateAll here, so B is read once in each. Each cube core
+    # runs 2 steps (144 rows in chunks of 80) x 24 heads = 48 IterateAll.
     xb = x.numel() * 2
     tot = {}
     for c in rep["cores"]:
@@ -142,7 +145,7 @@ def test_twin_seed_shape_reduced_s():
                 tot[(c["type"], kind, name)] = tot.get((c["type"], kind, name), 0) + n
     assert tot == {
         ("AIC", "gm_read", "x"): xb,
-        ("AIC", "gm_read", "y"): 20 * d * d * 2,
+        ("AIC", "gm_read", "y"): 20 * 2 * 24 * d * d * 2,
         ("AIC", "gm_write", "workspace"): xb,
         ("AIV", "gm_read", "x"): xb,
         ("AIV", "gm_read", "workspace"): xb,
@@ -150,6 +153,27 @@ def test_twin_seed_shape_reduced_s():
         ("AIV", "gm_read", "cos"): s * d * 2,
         ("AIV", "gm_write", "out"): xb,
     }
+
+
+def test_twin_y_read_once_per_m_block_of_each_iterate_all():
+    # With one K block and depthB1 = 2 the Matmul API caches no block of B in L1 (NORMAL cube-in
+    # buffer, "k full load, db on m axis"), so B is read again for every baseM block of M, in every
+    # IterateAll. S = 6400, D = 64: 320 rows per cube core, chunks of 2 * chunkRows rows.
+    g = torch.Generator().manual_seed(3)
+    s, d = 6400, 64
+    t = twin.tiling(1, s, 1, d)
+    base_m, rows = t["cube"]["baseM"], t["sBase"]
+    assert t["cube"]["depthB1"] == 2 and t["cube"]["baseK"] == d and t["sRem"] == 0
+    ms = [min(2 * t["chunkRows"], rows - r) for r in range(0, rows, 2 * t["chunkRows"])]
+    assert any(m > base_m for m in ms)  # the case under test: more than one M block per IterateAll
+    x = torch.randn(1, 1, s, d, generator=g).to(torch.bfloat16)
+    y = mode_matrix("half", [d], dtype=torch.bfloat16)
+    sin = torch.randn(s, d, generator=g).to(torch.bfloat16)
+    cos = torch.randn(s, d, generator=g).to(torch.bfloat16)
+    out, rep = twin.run(x, y, sin, cos, kernel="mix")
+    assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
+    per_cube = sum(-(-m // base_m) for m in ms) * d * d * 2
+    assert [c["gm_read"]["y"] for c in rep["cores"] if c["type"] == "AIC"] == [per_cube] * t["blockDim"]
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])

@@ -9,6 +9,7 @@
 
 #include "kernel_operator.h"
 #include "kernel_tiling/kernel_tiling.h"
+#include "twin/matmul_l1.h"
 #include "twin/matmul_rules.h"
 
 enum class CubeFormat { ND, NZ, ND_ALIGN, VECTOR, SCALAR };
@@ -46,6 +47,7 @@ class Matmul {
                 "twin: only GM positions are modelled");
   static_assert(A_TYPE::format == CubeFormat::ND && B_TYPE::format == CubeFormat::ND && C_TYPE::format == CubeFormat::ND,
                 "twin: only ND format is modelled");
+  static_assert(MM_CFG.kind == CFG_NORM.kind, "twin: only the Norm config (CFG_NORM) is modelled");
   using TBias = typename BIAS_TYPE::T;
   // A2's Matmul type table: bias float (or half) with half/bf16 A and B, float with float A and B.
   // The default BIAS_TYPE = C_TYPE is therefore wrong for bf16 C: pass the bias type explicitly.
@@ -74,7 +76,6 @@ class Matmul {
     if (isTransposeB && !B_TYPE::isTrans) ::twin::fail("matmul-trans", "SetTensorB(trans=true) but MatmulType ISTRANS=false");
     b_ = gm;
     has_b_ = true;
-    b_loaded_ = false;
   }
   // Sticky overrides of singleCoreM/N/K; -1 keeps the current value. Unlike CANN's own check the
   // twin rejects 0 and anything above the tiling's single-core size.
@@ -95,13 +96,17 @@ class Matmul {
     a_.check(0, (M - 1) * lda + K, false, "Matmul::IterateAll (A)");
     b_.check(0, (K - 1) * ldb + N, false, "Matmul::IterateAll (B)");
     gm.check(0, (M - 1) * ldc + N, true, "Matmul::IterateAll (C)");
-    if (!b_loaded_) {  // B is counted once per SetTensorB: it stays in L1 across IterateAll calls
-      for (int64_t k = 0; k < K; ++k) b_.account(k * ldb * sizeof(TB), N * sizeof(TB), false);
-      bf_.assign(K * N, 0.f);
-      for (int64_t k = 0; k < K; ++k)
-        for (int64_t n = 0; n < N; ++n) bf_[k * N + n] = ::twin::to_float(b_.raw()[k * ldb + n]);
-      b_loaded_ = true;
+    // B's GM reads as the API makes them (twin/matmul_l1.h): nothing keeps B in L1 between two
+    // IterateAll calls, within one a K block of B is read once or once per M block.
+    const int64_t kIter = (K + tiling_.baseK - 1) / tiling_.baseK, mIter = (M + tiling_.baseM - 1) / tiling_.baseM;
+    const int64_t cached = ::twin::b_cached_k_blocks(tiling_.depthB1, kIter, tiling_.stepN);
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t reads = ::twin::b_block_reads(k / tiling_.baseK, cached, mIter, tiling_.iterateOrder, tiling_.stepM);
+      for (int64_t r = 0; r < reads; ++r) b_.account(k * ldb * sizeof(TB), N * sizeof(TB), false);
     }
+    bf_.assign(K * N, 0.f);
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t n = 0; n < N; ++n) bf_[k * N + n] = ::twin::to_float(b_.raw()[k * ldb + n]);
     std::vector<float> acc(N), arow(K);
     for (int64_t m = 0; m < M; ++m) {
       a_.account(m * lda * sizeof(TA), K * sizeof(TA), false);
@@ -127,7 +132,7 @@ class Matmul {
  private:
   void on_cube(const char* api) { ::twin::check_matmul_call(api, inited_); }
   TCubeTiling tiling_{};
-  bool inited_ = false, has_a_ = false, has_b_ = false, b_loaded_ = false;
+  bool inited_ = false, has_a_ = false, has_b_ = false;
   int m_ = 0, n_ = 0, k_ = 0;
   AscendC::GlobalTensor<TA> a_;
   AscendC::GlobalTensor<TB> b_;
