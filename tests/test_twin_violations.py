@@ -50,6 +50,7 @@ KERNEL_VARIANTS = [
     ("test_only_datacopy_params_block_count", "datacopy-range", "AIV_"),
     ("test_only_datacopy_ext_block_len", "datacopy-range", "AIV_"),
     ("test_only_datacopy_pad_too_wide", "datacopy-range", "AIV_"),
+    ("test_only_workspace_offset_twice", "workspace-offset", "AIV_"),
 ]
 
 # The pipe-race and same-pipe-overlap kernels with their synchronisation added: they must pass (test_twin_pipes.py).
@@ -61,8 +62,23 @@ SYNCED_VARIANTS = [
 ]
 
 
+# Test-only kernels that break nothing and report what they observe.
+PROBE_VARIANTS = ["test_only_probe_workspace_argument"]
+
+
 def test_every_test_only_variant_is_covered():
-    assert sorted(twin._twin.test_only_variants()) == sorted([v for v, _, _ in KERNEL_VARIANTS] + SYNCED_VARIANTS)
+    assert sorted(twin._twin.test_only_variants()) == sorted(
+        [v for v, _, _ in KERNEL_VARIANTS] + SYNCED_VARIANTS + PROBE_VARIANTS
+    )
+
+
+def test_kernel_receives_the_user_workspace_as_the_generated_wrapper_passes_it():
+    # ascendc_library's wrapper (HAVE_WORKSPACE) sets the system workspace to the workspace argument
+    # and calls the kernel with GetUserWorkspace of it: 16 MiB further. The probe writes out[0] = 1.0
+    # when that is what it received, 0.0 otherwise.
+    x, y, sin, cos = _inputs()
+    out, _ = twin._run(x, y, sin, cos, soc="Ascend910B3", variant="test_only_probe_workspace_argument")
+    assert out.flatten()[0].item() == 1.0
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@
 #include "tiling/platform/platform_ascendc.h"
 #include "tiling/tiling_api.h"
 #include "twin/core.h"
+#include "twin/kernel_wrapper.h"
 #include "validation/rope_matrix_validate.h"
 
 namespace py = pybind11;
@@ -51,6 +52,8 @@ TEST_ONLY(test_only_synced_mte3_overlapping_dst)
 TEST_ONLY(test_only_datacopy_params_block_count)
 TEST_ONLY(test_only_datacopy_ext_block_len)
 TEST_ONLY(test_only_datacopy_pad_too_wide)
+TEST_ONLY(test_only_workspace_offset_twice)
+TEST_ONLY(test_only_probe_workspace_argument)
 #undef TEST_ONLY
 
 namespace {
@@ -116,6 +119,8 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_datacopy_params_block_count", test_only_datacopy_params_block_count},
       {"test_only_datacopy_ext_block_len", test_only_datacopy_ext_block_len},
       {"test_only_datacopy_pad_too_wide", test_only_datacopy_pad_too_wide},
+      {"test_only_workspace_offset_twice", test_only_workspace_offset_twice},
+      {"test_only_probe_workspace_argument", test_only_probe_workspace_argument},
   };
   return k;
 }
@@ -265,7 +270,9 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
   // Workspace: system part + user part, filled with 0xFF (bf16/fp16 NaN) so that reading a slot
   // before the cube wrote it shows up as NaN in the output.
   const uint64_t ws_bytes = plan.workspaceBytes;
-  std::unique_ptr<uint8_t[]> ws(new uint8_t[ws_bytes]);
+  // 16 MiB more are reserved (never touched, never registered) so that no other allocation lies
+  // where a kernel that skips the system part twice would point (rule `workspace-offset`).
+  std::unique_ptr<uint8_t[]> ws(new uint8_t[ws_bytes + rope_matrix::kSysWorkspace]);
   std::memset(ws.get() + rope_matrix::kSysWorkspace, 0xff, ws_bytes - rope_matrix::kSysWorkspace);
 
   auto bytes = [](const at::Tensor& a) { return static_cast<uint64_t>(a.numel()) * a.element_size(); };
@@ -294,7 +301,13 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
       L.add_region("tiling", packed.data(), packed.size());
       L.set_workspace(ws.get(), ws_bytes);
       if (op_limit) L.set_op_limit(op_limit);
-      L.run([&] { fn(ptr(c.x), ptr(c.y), ptr(c.sin), ptr(c.cos), ptr(out), ws.get(), packed.data()); });
+      // Each core runs the code ascendc_library generates around the kernel (twin/kernel_wrapper.h): the
+      // kernel receives the user workspace.
+      L.run([&] {
+        twin::run_generated_wrapper(!perm, ws.get(), [&](uint8_t* wsUsr) {
+          fn(ptr(c.x), ptr(c.y), ptr(c.sin), ptr(c.cos), ptr(out), wsUsr, packed.data());
+        });
+      });
       stats = L.stats();
       const auto& r = L.region(out_region);
       uint8_t lo = 255, hi = 0;

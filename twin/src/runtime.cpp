@@ -148,6 +148,7 @@ void Launch::run(const std::function<void()>& body) {
   arrivals_.assign(2 * B + 2, {});
   pending_.assign(2 * B, {});
   waiting_on_.assign(3 * B, -1);
+  residual_.assign(3 * B, {});
   stats_.assign(specs.size(), {});
   std::vector<std::unique_ptr<CoreCtx>> ctxs;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -330,6 +331,19 @@ void Launch::cross_set(int mode, int flag, int pipe) {
   cv_.notify_all();
 }
 
+void Launch::library_notify(int flag) {
+  CoreCtx& c = core();
+  tick();
+  std::lock_guard<std::mutex> g(mu_);
+  if (aborted) throw Abort();
+  for (int s = 0; s < (kind_ == KernelKind::MIX_AIC_1_2 ? 2 : 1); ++s) {
+    const int slot = 2 * c.block + s;
+    ++counters_[slot][flag];
+    ++residual_[slot][flag];
+  }
+  cv_.notify_all();
+}
+
 void Launch::cross_wait(int flag) {
   CoreCtx& c = core();
   tick();
@@ -363,7 +377,7 @@ void Launch::finish_checks() {
   const int B = block_dim_;
   for (int slot = 0; slot < 3 * B; ++slot) {
     for (int f = 0; f < static_cast<int>(kFlagIds); ++f) {
-      if (counters_[slot][f] != 0) {
+      if (counters_[slot][f] != residual_[slot][f]) {
         std::string name = slot < 2 * B ? str("AIV_", slot) : str("AIC_", slot - 2 * B);
         throw Violation(name, "flag-unbalanced",
                         str("flag ", f, " counter is ", counters_[slot][f],

@@ -462,3 +462,30 @@ BROKEN_ENTRY(test_only_datacopy_pad_too_wide) {
     q.FreeTensor(t);
   }
 }
+
+// ---- the workspace argument, as the code ascendc_library generates passes it ---------------------
+
+// The kernel adds the 16 MiB system part to its workspace argument as if it were the raw workspace:
+// the generated wrapper already passes the user workspace (twin/kernel_wrapper.h).
+BROKEN_ENTRY(test_only_workspace_offset_twice) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  if ASCEND_IS_AIV {
+    GlobalTensor<bfloat16_t> ws;
+    ws.SetGlobalBuffer((__gm__ bfloat16_t*)(workspace + (16u << 20)), c.t.slotElems);
+  }
+}
+
+// Not broken: vector core 0 writes out[0] = 1.0 (bf16) when its workspace argument is the user
+// workspace the wrapper passes (GetUserWorkspace of it gives it back, and it lies 16 MiB after
+// GetSysWorkSpacePtr()), else 0.0.
+BROKEN_ENTRY(test_only_probe_workspace_argument) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  if ASCEND_IS_AIV {
+    if (GetBlockIdx() == 0) {
+      const bool usr = GetUserWorkspace(workspace) == workspace && GetSysWorkSpacePtr() + (16u << 20) == workspace;
+      c.out.SetValue(0, bfloat16_t::from_bits(usr ? 0x3f80 : 0));
+    }
+  }
+}

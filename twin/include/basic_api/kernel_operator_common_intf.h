@@ -1,6 +1,7 @@
 // The twin's workspace accessors (asc-devkit kernel_operator_common_intf.h; the A2 implementation is
 // impl/basic_api/dav_c220/kernel_operator_common_impl.h): the argument is ignored, the user part
-// starts 16 MiB after the system workspace (twin/launch_rules.h).
+// starts 16 MiB after the system workspace the generated wrapper registered (twin/launch_rules.h,
+// twin/kernel_wrapper.h).
 #pragma once
 
 #include "basic_api/kernel_type.h"
@@ -12,4 +13,4 @@ inline GM_ADDR GetUserWorkspace(GM_ADDR /*workspace*/) { return ::twin::user_wor
 }  // namespace AscendC
 
 // CANN declares this one at global scope, outside namespace AscendC; so does the twin.
-inline GM_ADDR GetSysWorkSpacePtr() { return ::twin::launch().workspace(); }
+inline GM_ADDR GetSysWorkSpacePtr() { return ::twin::sys_workspace(); }

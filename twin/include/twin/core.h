@@ -97,6 +97,8 @@ struct CoreCtx {
   // only from such values; what reaches GM must be (rule `uninitialized-read`)
   std::vector<uint8_t> ub_def;
   bool matmul_registered = false;
+  // the system workspace address the generated wrapper set (SetSysWorkspaceForce; twin/kernel_wrapper.h)
+  uint8_t* kfc_workspace = nullptr;
   // pipes (bit per pipe_t) of this core's accesses to cross-core (workspace) GM since its last
   // CrossCoreSetFlag, with the first such access for the message
   uint32_t published_pipes = 0;
@@ -157,6 +159,10 @@ class Launch {
   // since its previous set, which must have run on that pipe (`flag-pipe-mismatch`).
   void cross_set(int mode, int flag, int pipe = -1);
   void cross_wait(int flag);
+  // A mode-2 set of `flag` by library code on the calling cube core (the generated wrapper's
+  // NotifyEvent, twin/kernel_wrapper.h): no flag-id or pipe rule applies, and nothing in a cube-only
+  // kernel waits for it, so each target's counter may end the kernel that much above 0.
+  void library_notify(int flag);
 
   // internal
   std::atomic<bool> aborted{false};
@@ -188,6 +194,7 @@ class Launch {
   // counts each AIV's sets separately; one AIV setting twice does not stand in for the other).
   std::vector<std::array<std::array<int, 2>, kFlagIds>> pending_;
   std::vector<int> waiting_on_;                       // per slot: flag id or -1
+  std::vector<std::array<int, kFlagIds>> residual_;  // per slot: counts library_notify leaves at kernel end
   std::unique_ptr<Violation> first_;
 };
 

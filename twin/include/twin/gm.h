@@ -1,5 +1,5 @@
-// The twin's runtime side of GM tensors: the rules `gm-unregistered` and `gm-out-of-bounds` on every
-// GlobalTensor access (basic_api/kernel_tensor.h calls them).
+// The twin's runtime side of GM tensors: the rules `gm-unregistered`, `gm-out-of-bounds` and
+// `workspace-offset` on every GlobalTensor access (basic_api/kernel_tensor.h calls them).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,17 @@ namespace twin {
 inline int register_global_buffer(const void* buffer, uint64_t bytes, uint64_t elems, bool sized) {
   auto& l = launch();
   const int region = l.find_region(buffer);
+  // `workspace-offset`: the kernel receives the user workspace (the generated wrapper already skipped
+  // the system part); a pointer in the 16 MiB past the workspace's end skipped it a second time (the
+  // launch keeps those 16 MiB free of other allocations).
+  const uint8_t* b = static_cast<const uint8_t*>(buffer);
+  const uint8_t* ws_end = l.workspace() + l.workspace_bytes();
+  if (region < 0 && l.workspace() && b >= ws_end && b < ws_end + kSysWorkspaceBytes) {
+    fail("workspace-offset", str("SetGlobalBuffer at byte ", b - l.workspace(), " of a ", l.workspace_bytes(),
+                                 "-byte workspace: the kernel's workspace argument is already the user workspace ",
+                                 "(the generated wrapper passes GetUserWorkspace of it); adding the ", kSysWorkspaceBytes,
+                                 "-byte system part again leaves the allocation"));
+  }
   if (region < 0) fail("gm-unregistered", "SetGlobalBuffer with a pointer outside every GM allocation of the launch");
   const auto& r = l.region(region);
   const uint64_t lo = static_cast<const uint8_t*>(buffer) - r.base;

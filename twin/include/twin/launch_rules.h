@@ -20,14 +20,25 @@ inline int64_t task_ratio() {
   return launch().kind() == KernelKind::MIX_AIC_1_2 && core().type == CoreType::AIV ? 2 : 1;
 }
 
-// `workspace-size`: the launch's workspace must hold the system workspace; the user part follows it.
+// GetSysWorkSpacePtr on A2: the address SetSysWorkspaceForce set (the generated wrapper sets it to the
+// kernel's workspace argument before the kernel runs; `workspace-unset` when nothing did).
+inline uint8_t* sys_workspace() {
+  uint8_t* w = core().kfc_workspace;
+  if (!w) fail("workspace-unset", "GetSysWorkSpacePtr/GetUserWorkspace before SetSysWorkspaceForce (the generated "
+                                  "wrapper sets it; on the NPU the address would be undefined)");
+  return w;
+}
+
+// GetUserWorkspace on A2 ignores its argument: the system workspace address + 16 MiB. `workspace-size`:
+// the launch's workspace must hold the system part.
 inline uint8_t* user_workspace() {
+  uint8_t* w = sys_workspace();
   auto& l = launch();
   if (l.workspace_bytes() < kSysWorkspaceBytes) {
     fail("workspace-size", str("workspace is ", l.workspace_bytes(), " bytes, less than the ", kSysWorkspaceBytes,
                                "-byte system workspace"));
   }
-  return l.workspace() + kSysWorkspaceBytes;
+  return w + kSysWorkspaceBytes;
 }
 
 }  // namespace twin
