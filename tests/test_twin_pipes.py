@@ -102,6 +102,39 @@ def test_overlapping_copies_of_one_pipe_need_its_barrier(variant, expected):
         assert part in str(ei.value)
 
 
+@pytest.mark.parametrize(
+    "variant,expected",
+    [
+        (
+            "test_only_matmul_without_mte2_mte1_wait",
+            ["RAW between pipes: Matmul: A block L1 -> L0A (MTE1)", "reads L1 bytes [0, 32)",
+             "Matmul: A block GM -> L1 (MTE2) (instruction #1 of PIPE_MTE2) wrote", "HardEvent::MTE2_MTE1"],
+        ),
+        (
+            "test_only_matmul_without_mte1_m_wait",
+            ["RAW between pipes: Matmul: Mmad L0A x L0B -> L0C (M)", "reads L0A bytes [0, 32)",
+             "Matmul: A block L1 -> L0A (MTE1)", "HardEvent::MTE1_M"],
+        ),
+        (
+            "test_only_matmul_without_m_fix_wait",
+            ["RAW between pipes: Matmul: FixPipe L0C -> GM (FIX)", "reads L0C bytes [0, 32)",
+             "Matmul: Mmad L0A x L0B -> L0C (M)", "HardEvent::M_FIX"],
+        ),
+    ],
+)
+def test_matmul_missing_sync_is_a_pipe_race_on_the_cube_memory(variant, expected):
+    # The Matmul model runs MTE2 GM -> L1, MTE1 L1 -> L0A/L0B, M Mmad -> L0C, FIX L0C -> GM with the
+    # implementation's syncs; dropping one (a test hook) is a race named by its memory. The
+    # production kernel on the intact model is the synced version: the whole twin matrix passes.
+    x, y, sin, cos = _inputs()
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", variant=variant)
+    assert ei.value.rule == "pipe-race", str(ei.value)
+    assert ei.value.core.startswith("AIC_")
+    for part in expected:
+        assert part in str(ei.value), str(ei.value)
+
+
 @pytest.mark.parametrize("kernel", ["mix", "perm"])
 @pytest.mark.parametrize("d", [34, 40])
 def test_padding_columns_pass_the_ub_initcheck(kernel, d):

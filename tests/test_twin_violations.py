@@ -51,6 +51,9 @@ KERNEL_VARIANTS = [
     ("test_only_datacopy_ext_block_len", "datacopy-range", "AIV_"),
     ("test_only_datacopy_pad_too_wide", "datacopy-range", "AIV_"),
     ("test_only_workspace_offset_twice", "workspace-offset", "AIV_"),
+    ("test_only_matmul_without_mte2_mte1_wait", "pipe-race", "AIC_"),
+    ("test_only_matmul_without_mte1_m_wait", "pipe-race", "AIC_"),
+    ("test_only_matmul_without_m_fix_wait", "pipe-race", "AIC_"),
 ]
 
 # The pipe-race and same-pipe-overlap kernels with their synchronisation added: they must pass (test_twin_pipes.py).

@@ -54,6 +54,9 @@ TEST_ONLY(test_only_datacopy_ext_block_len)
 TEST_ONLY(test_only_datacopy_pad_too_wide)
 TEST_ONLY(test_only_workspace_offset_twice)
 TEST_ONLY(test_only_probe_workspace_argument)
+TEST_ONLY(test_only_matmul_without_mte2_mte1_wait)
+TEST_ONLY(test_only_matmul_without_mte1_m_wait)
+TEST_ONLY(test_only_matmul_without_m_fix_wait)
 #undef TEST_ONLY
 
 namespace {
@@ -121,6 +124,9 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_datacopy_pad_too_wide", test_only_datacopy_pad_too_wide},
       {"test_only_workspace_offset_twice", test_only_workspace_offset_twice},
       {"test_only_probe_workspace_argument", test_only_probe_workspace_argument},
+      {"test_only_matmul_without_mte2_mte1_wait", test_only_matmul_without_mte2_mte1_wait},
+      {"test_only_matmul_without_mte1_m_wait", test_only_matmul_without_mte1_m_wait},
+      {"test_only_matmul_without_m_fix_wait", test_only_matmul_without_m_fix_wait},
   };
   return k;
 }

@@ -418,15 +418,15 @@ const char* pipe_name(int pipe) {
 }
 
 namespace {
-[[noreturn]] void race(const char* kind, int q, const char* api_q, uint32_t e_q, int p, const char* api_p, uint32_t e_p,
-                       uint64_t off, uint64_t bytes, uint64_t blk) {
+[[noreturn]] void race(const char* mem, const char* kind, int q, const char* api_q, uint32_t e_q, int p, const char* api_p,
+                       uint32_t e_p, uint64_t off, uint64_t bytes, uint64_t blk) {
   const uint64_t lo = std::max<uint64_t>(off, blk * kBlockBytes);
   const uint64_t hi = std::min<uint64_t>(off + bytes, (blk + 1) * kBlockBytes);
   const char* verb = kind[0] == 'R' ? "reads" : "writes";
   const char* earlier = kind[2] == 'W' ? "wrote" : "read";
   std::string pn = pipe_name(p) + 5, qn = pipe_name(q) + 5;
   fail("pipe-race",
-       str(kind, " between pipes: ", api_q, " (instruction #", e_q, " of ", pipe_name(q), ") ", verb, " UB bytes [", lo,
+       str(kind, " between pipes: ", api_q, " (instruction #", e_q, " of ", pipe_name(q), ") ", verb, " ", mem, " bytes [", lo,
            ", ", hi, ") (of its range [", off, ", ", off + bytes, ")) that ", api_p, " (instruction #", e_p, " of ",
            pipe_name(p), ") ", earlier, ", with no synchronisation from ", pipe_name(p), " to ", pipe_name(q),
            " in between (SetFlag/WaitFlag<HardEvent::", pn, "_", qn,
@@ -435,21 +435,28 @@ namespace {
 }
 }  // namespace
 
-void PipeModel::access(int q, uint64_t off, uint64_t bytes, bool write) {
+void PipeModel::access(int q, uint64_t off, uint64_t bytes, bool write) { access_in(ub, "UB", q, off, bytes, write); }
+
+void PipeModel::access_cube(int mem, int q, uint64_t off, uint64_t bytes, bool write) {
+  static const char* names[kCubeMems] = {"L1", "L0A", "L0B", "L0C"};
+  access_in(cube[mem], names[mem], q, off, bytes, write);
+}
+
+void PipeModel::access_in(std::vector<UbShadow>& shadow, const char* mem, int q, uint64_t off, uint64_t bytes, bool write) {
   if (bytes == 0) return;
   const uint64_t b0 = off / kBlockBytes, b1 = (off + bytes + kBlockBytes - 1) / kBlockBytes;
-  if (ub.size() < b1) ub.resize(b1);
+  if (shadow.size() < b1) shadow.resize(b1);
   const uint32_t e = vc[q][q];
   const VClock& seen = vc[q];
   const char* api = cur_api[q];
   for (uint64_t b = b0; b < b1; ++b) {
-    UbShadow& s = ub[b];
+    UbShadow& s = shadow[b];
     if (s.w_epoch && s.w_pipe != q && s.w_epoch > seen[s.w_pipe]) {
-      race(write ? "WAW" : "RAW", q, api, e, s.w_pipe, s.w_api, s.w_epoch, off, bytes, b);
+      race(mem, write ? "WAW" : "RAW", q, api, e, s.w_pipe, s.w_api, s.w_epoch, off, bytes, b);
     }
     if (write) {
       for (int p = 0; p < kPipes; ++p) {
-        if (p != q && s.r_epoch[p] > seen[p]) race("WAR", q, api, e, p, s.r_api[p], s.r_epoch[p], off, bytes, b);
+        if (p != q && s.r_epoch[p] > seen[p]) race(mem, "WAR", q, api, e, p, s.r_api[p], s.r_epoch[p], off, bytes, b);
       }
       s.w_epoch = e;
       s.w_pipe = static_cast<uint8_t>(q);

@@ -489,3 +489,34 @@ BROKEN_ENTRY(test_only_probe_workspace_argument) {
     }
   }
 }
+
+// ---- pipe-race on the cube's L1 / L0: the production MIX kernel on a Matmul that forgets one wait --
+// (the Matmul model's test hook, twin/matmul_pipes.h; the production kernel itself is the synced
+// version: it passes).
+
+#include "op_kernel/rope_matrix_kernel_entries.h"
+
+namespace {
+void mix_with_matmul_missing(int event, GM_ADDR x, GM_ADDR y, GM_ADDR sin, GM_ADDR cos, GM_ADDR out, GM_ADDR workspace,
+                             GM_ADDR tiling) {
+  if ASCEND_IS_AIC {
+    ::twin::test_only_drop_matmul_wait(event);
+  }
+  rope_matrix_bf16_bf16(x, y, sin, cos, out, workspace, tiling);
+}
+}  // namespace
+
+// MTE1 reads the A block from L1 before MTE2's copy into it is known complete.
+BROKEN_ENTRY(test_only_matmul_without_mte2_mte1_wait) {
+  mix_with_matmul_missing(static_cast<int>(HardEvent::MTE2_MTE1), x, y, sin, cos, out, workspace, tiling);
+}
+
+// Mmad reads L0A before MTE1's load into it is known complete.
+BROKEN_ENTRY(test_only_matmul_without_mte1_m_wait) {
+  mix_with_matmul_missing(static_cast<int>(HardEvent::MTE1_M), x, y, sin, cos, out, workspace, tiling);
+}
+
+// FixPipe reads L0C before the Mmad into it is known complete.
+BROKEN_ENTRY(test_only_matmul_without_m_fix_wait) {
+  mix_with_matmul_missing(static_cast<int>(HardEvent::M_FIX), x, y, sin, cos, out, workspace, tiling);
+}

@@ -99,6 +99,8 @@ struct CoreCtx {
   bool matmul_registered = false;
   // the system workspace address the generated wrapper set (SetSysWorkspaceForce; twin/kernel_wrapper.h)
   uint8_t* kfc_workspace = nullptr;
+  // test-only: the HardEvent whose WaitFlag the Matmul model drops (twin/matmul_pipes.h), -1 for none
+  int test_drop_wait = -1;
   // pipes (bit per pipe_t) of this core's accesses to cross-core (workspace) GM since its last
   // CrossCoreSetFlag, with the first such access for the message
   uint32_t published_pipes = 0;

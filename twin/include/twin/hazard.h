@@ -1,4 +1,5 @@
-// The pipe/hazard model of one core (the twin's runtime; rule `pipe-race`).
+// The pipe/hazard model of one core (the twin's runtime; rule `pipe-race`), over UB and the cube's
+// L1, L0A, L0B, L0C.
 //
 // The hardware runs the instructions of one core on asynchronous pipes (S, V, M, MTE1, MTE2, MTE3,
 // FIX): an instruction issued on one pipe may run before, during or after an earlier one on
@@ -21,6 +22,7 @@ namespace twin {
 
 constexpr int kPipes = 8;  // pipe_t values (PIPE_ALL = 6 is a barrier, not a pipe)
 constexpr int kPipeS = 0, kPipeV = 1, kPipeM = 2, kPipeMte1 = 3, kPipeAll = 6;
+constexpr int kCubeMems = 4, kL1 = 0, kL0A = 1, kL0B = 2, kL0C = 3;  // PipeModel::cube
 using VClock = std::array<uint32_t, kPipes>;
 
 struct UbShadow {  // one 32-byte UB block
@@ -45,6 +47,7 @@ struct PipeModel {
   std::vector<GmPending> mte3_gm;
   VClock event_snap[64][8] = {};
   std::vector<UbShadow> ub;  // grown on demand, one entry per 32-byte block
+  std::vector<UbShadow> cube[kCubeMems];  // L1, L0A, L0B, L0C of a cube core, as `ub`
   const char* cur_api[kPipes] = {};
 
   // Starts an instruction on `pipe` (its accesses follow).
@@ -54,6 +57,9 @@ struct PipeModel {
   }
   // Records an access of the current instruction of `pipe`; fails with `pipe-race` on a conflict.
   void access(int pipe, uint64_t off, uint64_t bytes, bool write);
+  // The same on the cube core's local memories (kL1 .. kL0C), e.g. by the Matmul model.
+  void access_cube(int mem, int pipe, uint64_t off, uint64_t bytes, bool write);
+  void access_in(std::vector<UbShadow>& shadow, const char* mem, int pipe, uint64_t off, uint64_t bytes, bool write);
   // Everything issued on `src` so far becomes visible to `dst` (a SetFlag/WaitFlag pair).
   void join(int dst, const VClock& snap) {
     for (int p = 0; p < kPipes; ++p) vc[dst][p] = vc[dst][p] > snap[p] ? vc[dst][p] : snap[p];

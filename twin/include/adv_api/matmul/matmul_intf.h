@@ -10,6 +10,7 @@
 #include "kernel_operator.h"
 #include "kernel_tiling/kernel_tiling.h"
 #include "twin/matmul_l1.h"
+#include "twin/matmul_pipes.h"
 #include "twin/matmul_rules.h"
 
 enum class CubeFormat { ND, NZ, ND_ALIGN, VECTOR, SCALAR };
@@ -104,6 +105,20 @@ class Matmul {
       const int64_t reads = ::twin::b_block_reads(k / tiling_.baseK, cached, mIter, tiling_.iterateOrder, tiling_.stepM);
       for (int64_t r = 0; r < reads; ++r) b_.account(k * ldb * sizeof(TB), N * sizeof(TB), false);
     }
+    // The work on the pipes, block by block, with the implementation's syncs (twin/matmul_pipes.h).
+    const int64_t bM = tiling_.baseM, bN = tiling_.baseN, bK = tiling_.baseK, nIter = (N + bN - 1) / bN;
+    pipes_.begin(bM, bN, bK, sizeof(TA), tiling_.dbL0C);
+    for (int64_t nb = 0; nb < nIter; ++nb) {
+      for (int64_t mb = 0; mb < mIter; ++mb) {
+        for (int64_t kb = 0; kb < kIter; ++kb) {
+          const bool cachedB = kb < cached;
+          const bool firstUse = tiling_.iterateOrder == 1 ? mb % (tiling_.stepM > 0 ? tiling_.stepM : 1) == 0 : mb == 0;
+          pipes_.step(std::min(bM, M - mb * bM), std::min(bN, N - nb * bN), std::min(bK, K - kb * bK), kb, kb == 0,
+                      kb == kIter - 1, !cachedB || firstUse, cachedB);
+        }
+      }
+    }
+    pipes_.end();
     bf_.assign(K * N, 0.f);
     for (int64_t k = 0; k < K; ++k)
       for (int64_t n = 0; n < N; ++n) bf_[k * N + n] = ::twin::to_float(b_.raw()[k * ldb + n]);
@@ -137,6 +152,7 @@ class Matmul {
   AscendC::GlobalTensor<TA> a_;
   AscendC::GlobalTensor<TB> b_;
   std::vector<float> bf_;
+  ::twin::MatmulPipes pipes_;
 };
 
 }  // namespace matmul
