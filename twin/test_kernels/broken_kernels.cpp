@@ -16,6 +16,15 @@ using rope_matrix::RopeMatrixTiling;
   extern "C" void name(GM_ADDR x, GM_ADDR y, GM_ADDR sin, GM_ADDR cos, GM_ADDR out, GM_ADDR workspace, \
                        GM_ADDR tiling)
 
+// An entry that runs `fn(ctx, sync)` on a Ctx of its arguments: a missing-sync case (`sync` false)
+// or its synced version.
+#define SYNC_CASE_ENTRY(name, fn, sync)              \
+  BROKEN_ENTRY(name) {                               \
+    KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2); \
+    Ctx c = load(x, out, tiling);                    \
+    fn(c, sync);                                     \
+  }
+
 namespace {
 struct Ctx {
   RopeMatrixTiling t;
@@ -28,6 +37,19 @@ Ctx load(GM_ADDR x, GM_ADDR out, GM_ADDR tiling) {
   c.x.SetGlobalBuffer((__gm__ bfloat16_t*)x, n);
   c.out.SetGlobalBuffer((__gm__ bfloat16_t*)out, n);
   return c;
+}
+
+// On every vector core: `copy(t)` on a freshly allocated VECIN tensor of `bytes` bytes, freed after.
+template <class F>
+void copy_into_vecin(uint32_t bytes, F copy) {
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TQue<TPosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 1, bytes);
+    LocalTensor<bfloat16_t> t = q.AllocTensor<bfloat16_t>();
+    copy(t);
+    q.FreeTensor(t);
+  }
 }
 }  // namespace
 
@@ -45,28 +67,18 @@ BROKEN_ENTRY(test_only_vector_op_on_cube) {
 BROKEN_ENTRY(test_only_datacopy_unaligned_length) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
   Ctx c = load(x, out, tiling);
-  TPipe pipe;
-  if ASCEND_IS_AIV {
-    TQue<TPosition::VECIN, 1> q;
-    pipe.InitBuffer(q, 1, 1024);
-    LocalTensor<bfloat16_t> t = q.AllocTensor<bfloat16_t>();
+  copy_into_vecin(1024, [&](LocalTensor<bfloat16_t>& t) {
     DataCopy(t, c.x, c.t.d);
-    q.FreeTensor(t);
-  }
+  });
 }
 
 // A DataCopy into a UB address 16 bytes past a buffer start.
 BROKEN_ENTRY(test_only_ub_unaligned_address) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
   Ctx c = load(x, out, tiling);
-  TPipe pipe;
-  if ASCEND_IS_AIV {
-    TQue<TPosition::VECIN, 1> q;
-    pipe.InitBuffer(q, 1, 1024);
-    LocalTensor<bfloat16_t> t = q.AllocTensor<bfloat16_t>();
+  copy_into_vecin(1024, [&](LocalTensor<bfloat16_t>& t) {
     DataCopy(t[8], c.x, 16);
-    q.FreeTensor(t);
-  }
+  });
 }
 
 // float -> bf16 with CAST_NONE (illegal on A2: the NPU leaves dst unchanged).
@@ -184,16 +196,11 @@ BROKEN_ENTRY(test_only_flag_15_reserved) {
 BROKEN_ENTRY(test_only_datacopy_block_count) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
   Ctx c = load(x, out, tiling);
-  TPipe pipe;
-  if ASCEND_IS_AIV {
-    TQue<TPosition::VECIN, 1> q;
-    pipe.InitBuffer(q, 1, 4096 * 32);
-    LocalTensor<bfloat16_t> t = q.AllocTensor<bfloat16_t>();
+  copy_into_vecin(4096 * 32, [&](LocalTensor<bfloat16_t>& t) {
     DataCopyExtParams p{4096, 2, 0, 0, 0};
     DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
     DataCopyPad(t, c.x, p, pad);
-    q.FreeTensor(t);
-  }
+  });
 }
 
 // GM -> UB straight into a TBuf<VECCALC>: A2 copies GM -> UB only into VECIN / VECOUT buffers.
@@ -298,30 +305,14 @@ void overwrite_after_copy_out(Ctx& c, bool sync) {
 }
 }  // namespace
 
-BROKEN_ENTRY(test_only_pipe_race_tbuf_read) {
-  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
-  Ctx c = load(x, out, tiling);
-  tbuf_read_after_copy(c, false);
-}
+SYNC_CASE_ENTRY(test_only_pipe_race_tbuf_read, tbuf_read_after_copy, false)
 
-BROKEN_ENTRY(test_only_pipe_race_overwrite_after_copy_out) {
-  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
-  Ctx c = load(x, out, tiling);
-  overwrite_after_copy_out(c, false);
-}
+SYNC_CASE_ENTRY(test_only_pipe_race_overwrite_after_copy_out, overwrite_after_copy_out, false)
 
 // The same two kernels with their synchronisation: they must pass.
-BROKEN_ENTRY(test_only_synced_tbuf_read) {
-  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
-  Ctx c = load(x, out, tiling);
-  tbuf_read_after_copy(c, true);
-}
+SYNC_CASE_ENTRY(test_only_synced_tbuf_read, tbuf_read_after_copy, true)
 
-BROKEN_ENTRY(test_only_synced_overwrite_after_copy_out) {
-  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
-  Ctx c = load(x, out, tiling);
-  overwrite_after_copy_out(c, true);
-}
+SYNC_CASE_ENTRY(test_only_synced_overwrite_after_copy_out, overwrite_after_copy_out, true)
 
 // UB initcheck: an Add of a filled TBuf and a TBuf nothing wrote, copied out to GM. (Vector ops
 // may compute on unwritten UB, as padding columns do; what reaches GM must have been written.)
@@ -390,29 +381,13 @@ void mte3_same_dst(Ctx& c, bool sync) {
 }
 }  // namespace
 
-BROKEN_ENTRY(test_only_mte2_overlapping_dst) {
-  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
-  Ctx c = load(x, out, tiling);
-  mte2_same_dst(c, false);
-}
+SYNC_CASE_ENTRY(test_only_mte2_overlapping_dst, mte2_same_dst, false)
 
-BROKEN_ENTRY(test_only_mte3_overlapping_dst) {
-  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
-  Ctx c = load(x, out, tiling);
-  mte3_same_dst(c, false);
-}
+SYNC_CASE_ENTRY(test_only_mte3_overlapping_dst, mte3_same_dst, false)
 
-BROKEN_ENTRY(test_only_synced_mte2_overlapping_dst) {
-  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
-  Ctx c = load(x, out, tiling);
-  mte2_same_dst(c, true);
-}
+SYNC_CASE_ENTRY(test_only_synced_mte2_overlapping_dst, mte2_same_dst, true)
 
-BROKEN_ENTRY(test_only_synced_mte3_overlapping_dst) {
-  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
-  Ctx c = load(x, out, tiling);
-  mte3_same_dst(c, true);
-}
+SYNC_CASE_ENTRY(test_only_synced_mte3_overlapping_dst, mte3_same_dst, true)
 
 // ---- datacopy-range: a parameter struct's field outside its documented A2 range ------------------
 
@@ -420,47 +395,32 @@ BROKEN_ENTRY(test_only_synced_mte3_overlapping_dst) {
 BROKEN_ENTRY(test_only_datacopy_params_block_count) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
   Ctx c = load(x, out, tiling);
-  TPipe pipe;
-  if ASCEND_IS_AIV {
-    TQue<TPosition::VECIN, 1> q;
-    pipe.InitBuffer(q, 1, 4096 * 32);
-    LocalTensor<bfloat16_t> t = q.AllocTensor<bfloat16_t>();
+  copy_into_vecin(4096 * 32, [&](LocalTensor<bfloat16_t>& t) {
     DataCopyParams p{4096, 1, 0, 0};
     DataCopy(t, c.x, p);
-    q.FreeTensor(t);
-  }
+  });
 }
 
 // DataCopyPad of one 2 097 152-byte block (A2 takes at most 2 097 151 bytes per block).
 BROKEN_ENTRY(test_only_datacopy_ext_block_len) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
   Ctx c = load(x, out, tiling);
-  TPipe pipe;
-  if ASCEND_IS_AIV {
-    TQue<TPosition::VECIN, 1> q;
-    pipe.InitBuffer(q, 1, 1024);
-    LocalTensor<bfloat16_t> t = q.AllocTensor<bfloat16_t>();
+  copy_into_vecin(1024, [&](LocalTensor<bfloat16_t>& t) {
     DataCopyExtParams p{1, 2097152, 0, 0, 0};
     DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
     DataCopyPad(t, c.x, p, pad);
-    q.FreeTensor(t);
-  }
+  });
 }
 
 // DataCopyPad with 17 bf16 of right padding: 34 bytes, over the 32 each side may take.
 BROKEN_ENTRY(test_only_datacopy_pad_too_wide) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
   Ctx c = load(x, out, tiling);
-  TPipe pipe;
-  if ASCEND_IS_AIV {
-    TQue<TPosition::VECIN, 1> q;
-    pipe.InitBuffer(q, 1, 1024);
-    LocalTensor<bfloat16_t> t = q.AllocTensor<bfloat16_t>();
+  copy_into_vecin(1024, [&](LocalTensor<bfloat16_t>& t) {
     DataCopyExtParams p{1, 64, 0, 0, 0};
     DataCopyPadExtParams<bfloat16_t> pad{true, 0, 17, bfloat16_t{}};
     DataCopyPad(t, c.x, p, pad);
-    q.FreeTensor(t);
-  }
+  });
 }
 
 // ---- the workspace argument, as the code ascendc_library generates passes it ---------------------
