@@ -7,9 +7,11 @@
 //   M     Mmad            L0A x L0B accumulated into the C block's L0C slot
 //   FIX   L0C -> GM       after the last K block of a C block
 // with the synchronisation the Matmul implementation has between them (asc-devkit
-// impl/adv_api/detail/matmul: the L1 queues of stage/copy_cube_in and resource/cube_in_buffer imply
-// MTE2 -> MTE1 on EnQue/DeQue and MTE1 -> MTE2 on FreeTensor/AllocTensor; the L0 ping-pong of the
-// MMAD stage waits MTE1 -> M and M -> MTE1; the L0C buffer M -> FIX and FIX -> M):
+// impl/adv_api/detail/matmul): the L1 blocks sit in TQue<A1/B1> queues (resource/cube_in_buffer),
+// whose EnQue/DeQue imply MTE2 -> MTE1 and FreeTensor/AllocTensor MTE1 -> MTE2; the L0A/L0B
+// ping-pong sets and waits MTE1_M and M_MTE1 itself (resource/l0_buffer/tbuf_pool_l0_base.h); L0C is a
+// TQue<CO1> (resource/cube_out_buffer/cube_out_buffer_no_unit_flag.h): M -> FIX on EnQue/DeQue,
+// FIX -> M on FreeTensor/AllocTensor. The twin spells them all as
 // SetFlag/WaitFlag<MTE2_MTE1>, <MTE1_MTE2>, <MTE1_M>, <M_MTE1>, <M_FIX>, <FIX_M> with event ids
 // 4 + slot. A set whose wait has not come yet is waited for before its buffer is used again, the
 // rest at the end of the IterateAll. The L1/L0 layout is the twin's own (ping-pong slots of one
