@@ -116,6 +116,17 @@ def test_datacopy_range_names_the_field(variant, field):
     assert field in str(ei.value)
 
 
+@pytest.mark.parametrize("kernel", ["mix", "perm"])
+def test_generated_wrapper_flag_is_the_only_flag_left(kernel):
+    # On the cube core of a MIX kernel the wrapper's matmul::clearWorkspace raises flag 15 in mode 2
+    # on both vector cores; nothing in a cube-only kernel waits for it, and every other counter is 0
+    # at kernel end. A vector-only kernel's wrapper raises nothing.
+    x, y, sin, cos = _inputs()
+    _, rep = twin.run(x, y, sin, cos, soc="Ascend910B3", kernel=kernel)
+    want = {"AIC": {}, "AIV": {15: 1} if kernel == "mix" else {}}
+    assert [c["flags_left"] for c in rep["cores"]] == [want[c["type"]] for c in rep["cores"]]
+
+
 def test_deadlock_report_names_the_waiting_core_and_flag():
     x, y, sin, cos = _inputs()
     with pytest.raises(twin.TwinError) as ei:

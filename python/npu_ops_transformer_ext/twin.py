@@ -85,7 +85,9 @@ def run(
         each output byte was written: 1/1 when every row is covered exactly once) and ``cores``:
         per simulated core ``name``, ``type``, ``block``, ``sub``, ``gm_read``/``gm_write`` (bytes
         per tensor), ``gm_read_bytes``/``gm_write_bytes``, ``ub_peak_bytes``, ``flags_set``,
-        ``flags_waited`` and ``rows`` (x rows multiplied by a cube core / written by a vector core).
+        ``flags_waited``, ``flags_left`` (flag id -> counter at kernel end, where non-zero: the
+        generated launch wrapper's flag 15 on the vector cores of a MIX kernel) and ``rows`` (x rows
+        multiplied by a cube core / written by a vector core).
 
     Raises:
         TwinError: the kernel broke a hardware rule (see the exception's ``rule`` and ``core``).

@@ -286,6 +286,7 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
 
   py::dict err;
   std::vector<twin::CoreStats> stats;
+  std::vector<std::map<int, int>> flags_left;  // per core: flag -> counter left at kernel end (when non-zero)
   int out_region = -1;
   std::vector<uint8_t> coverage_minmax(2, 0);
   {
@@ -315,6 +316,14 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
         });
       });
       stats = L.stats();
+      for (const auto& st : stats) {
+        const int slot = st.type == twin::CoreType::AIC ? 2 * L.block_dim() + st.block : 2 * st.block + st.sub;
+        std::map<int, int> left;
+        for (int f = 0; f < static_cast<int>(twin::kFlagIds); ++f) {
+          if (L.flag_counter(slot, f)) left[f] = L.flag_counter(slot, f);
+        }
+        flags_left.push_back(left);
+      }
       const auto& r = L.region(out_region);
       uint8_t lo = 255, hi = 0;
       for (uint64_t i = 0; i < r.bytes; ++i) {
@@ -336,7 +345,8 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
   }
   const uint64_t row_bytes = c.problem.d * c.problem.xBytes;
   py::list cores;
-  for (const auto& s : stats) {
+  for (size_t i = 0; i < stats.size(); ++i) {
+    const auto& s = stats[i];
     py::dict d;
     d["name"] = s.name;
     d["type"] = s.type == twin::CoreType::AIC ? "AIC" : "AIV";
@@ -357,6 +367,9 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
     d["ub_peak_bytes"] = s.ub_peak;
     d["flags_set"] = s.flags_set;
     d["flags_waited"] = s.flags_waited;
+    py::dict left;
+    for (const auto& [f, n] : flags_left[i]) left[py::int_(f)] = n;
+    d["flags_left"] = left;
     // x rows (of D elements) the core handled: multiplied (cube) or written to out (vector).
     auto it = s.gm.find(s.type == twin::CoreType::AIC ? "x" : "out");  // x rows: cube; out rows: vector
     const uint64_t b = it == s.gm.end() ? 0 : (s.type == twin::CoreType::AIC ? it->second.read : it->second.write);

@@ -154,6 +154,8 @@ class Launch {
   KernelKind kind() const { return kind_; }
   int block_dim() const { return block_dim_; }
   const std::vector<CoreStats>& stats() const { return stats_; }
+  // A flag counter after the run: slots AIV 2b+s at [0, 2B), AIC b at [2B, 3B).
+  int flag_counter(int slot, int flag) const { return counters_[slot][flag]; }
   uint64_t op_limit() const { return op_limit_; }
 
   // ---- cross-core flags (CrossCoreSetFlag / CrossCoreWaitFlag) ----
