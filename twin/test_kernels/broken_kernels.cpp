@@ -24,6 +24,10 @@ using rope_matrix::RopeMatrixTiling;
     Ctx c = load(x, out, tiling);                    \
     fn(c, sync);                                     \
   }
+// The missing-sync case `broken` and its synced version `synced` (which must pass).
+#define SYNC_CASE_PAIR(broken, synced, fn) \
+  SYNC_CASE_ENTRY(broken, fn, false)       \
+  SYNC_CASE_ENTRY(synced, fn, true)
 
 namespace {
 struct Ctx {
@@ -50,6 +54,11 @@ void copy_into_vecin(uint32_t bytes, F copy) {
     copy(t);
     q.FreeTensor(t);
   }
+}
+
+// On every vector core: one DataCopyPad of x with `p` and `pad` into a fresh VECIN tensor.
+void pad_copy_into_vecin(Ctx& c, uint32_t bytes, const DataCopyExtParams& p, const DataCopyPadExtParams<bfloat16_t>& pad) {
+  copy_into_vecin(bytes, [&](LocalTensor<bfloat16_t>& t) { DataCopyPad(t, c.x, p, pad); });
 }
 }  // namespace
 
@@ -196,11 +205,8 @@ BROKEN_ENTRY(test_only_flag_15_reserved) {
 BROKEN_ENTRY(test_only_datacopy_block_count) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
   Ctx c = load(x, out, tiling);
-  copy_into_vecin(4096 * 32, [&](LocalTensor<bfloat16_t>& t) {
-    DataCopyExtParams p{4096, 2, 0, 0, 0};
-    DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
-    DataCopyPad(t, c.x, p, pad);
-  });
+  pad_copy_into_vecin(c, 4096 * 32, DataCopyExtParams{4096, 2, 0, 0, 0},
+                      DataCopyPadExtParams<bfloat16_t>{false, 0, 0, bfloat16_t{}});
 }
 
 // GM -> UB straight into a TBuf<VECCALC>: A2 copies GM -> UB only into VECIN / VECOUT buffers.
@@ -286,8 +292,10 @@ void tbuf_read_after_copy(Ctx& c, bool sync) {
   }
 }
 
-// WAR: MTE3 copies a TBuf out to GM and V overwrites the TBuf before that copy is known done.
-void overwrite_after_copy_out(Ctx& c, bool sync) {
+// A TBuf of 64 floats set to 0 (V), its first 64 bf16 copied to the core's out row (MTE3) once the
+// V -> MTE3 event allows; then `then(f, o, p)` with the float and bf16 views and the copy's params.
+template <class Then>
+void copy_out_tbuf(Ctx& c, Then then) {
   TPipe pipe;
   if ASCEND_IS_AIV {
     TBuf<TPosition::VECCALC> b;
@@ -299,20 +307,22 @@ void overwrite_after_copy_out(Ctx& c, bool sync) {
     LocalTensor<bfloat16_t> o = f.ReinterpretCast<bfloat16_t>();
     DataCopyExtParams p{1, 64 * sizeof(bfloat16_t), 0, 0, 0};
     DataCopyPad(c.out[GetBlockIdx() * c.t.d], o, p);
+    then(f, o, p);
+  }
+}
+
+// WAR: MTE3 copies a TBuf out to GM and V overwrites the TBuf before that copy is known done.
+void overwrite_after_copy_out(Ctx& c, bool sync) {
+  copy_out_tbuf(c, [&](LocalTensor<float>& f, LocalTensor<bfloat16_t>&, DataCopyExtParams&) {
     if (sync) PipeBarrier<PIPE_ALL>();
     Duplicate(f, 1.0f, 64);
-  }
+  });
 }
 }  // namespace
 
-SYNC_CASE_ENTRY(test_only_pipe_race_tbuf_read, tbuf_read_after_copy, false)
-
-SYNC_CASE_ENTRY(test_only_pipe_race_overwrite_after_copy_out, overwrite_after_copy_out, false)
-
-// The same two kernels with their synchronisation: they must pass.
-SYNC_CASE_ENTRY(test_only_synced_tbuf_read, tbuf_read_after_copy, true)
-
-SYNC_CASE_ENTRY(test_only_synced_overwrite_after_copy_out, overwrite_after_copy_out, true)
+SYNC_CASE_PAIR(test_only_pipe_race_tbuf_read, test_only_synced_tbuf_read, tbuf_read_after_copy)
+SYNC_CASE_PAIR(test_only_pipe_race_overwrite_after_copy_out, test_only_synced_overwrite_after_copy_out,
+               overwrite_after_copy_out)
 
 // UB initcheck: an Add of a filled TBuf and a TBuf nothing wrote, copied out to GM. (Vector ops
 // may compute on unwritten UB, as padding columns do; what reaches GM must have been written.)
@@ -362,32 +372,18 @@ void mte2_same_dst(Ctx& c, bool sync) {
   }
 }
 
-// Two UB -> GM copies to the same out row: MTE3 may run them overlapped, either may land last.
+// Two UB -> GM copies to overlapping bytes of the out row: MTE3 may run them overlapped, either may
+// land last.
 void mte3_same_dst(Ctx& c, bool sync) {
-  TPipe pipe;
-  if ASCEND_IS_AIV {
-    TBuf<TPosition::VECCALC> b;
-    pipe.InitBuffer(b, 1024);
-    LocalTensor<float> f = b.Get<float>();
-    Duplicate(f, 0.0f, 64);
-    SetFlag<HardEvent::V_MTE3>(0);
-    WaitFlag<HardEvent::V_MTE3>(0);
-    LocalTensor<bfloat16_t> o = f.ReinterpretCast<bfloat16_t>();
-    DataCopyExtParams p{1, 64 * sizeof(bfloat16_t), 0, 0, 0};
-    DataCopyPad(c.out[GetBlockIdx() * c.t.d], o, p);
+  copy_out_tbuf(c, [&](LocalTensor<float>&, LocalTensor<bfloat16_t>& o, DataCopyExtParams& p) {
     if (sync) PipeBarrier<PIPE_MTE3>();
     DataCopyPad(c.out[GetBlockIdx() * c.t.d + 32], o, p);
-  }
+  });
 }
 }  // namespace
 
-SYNC_CASE_ENTRY(test_only_mte2_overlapping_dst, mte2_same_dst, false)
-
-SYNC_CASE_ENTRY(test_only_mte3_overlapping_dst, mte3_same_dst, false)
-
-SYNC_CASE_ENTRY(test_only_synced_mte2_overlapping_dst, mte2_same_dst, true)
-
-SYNC_CASE_ENTRY(test_only_synced_mte3_overlapping_dst, mte3_same_dst, true)
+SYNC_CASE_PAIR(test_only_mte2_overlapping_dst, test_only_synced_mte2_overlapping_dst, mte2_same_dst)
+SYNC_CASE_PAIR(test_only_mte3_overlapping_dst, test_only_synced_mte3_overlapping_dst, mte3_same_dst)
 
 // ---- datacopy-range: a parameter struct's field outside its documented A2 range ------------------
 
@@ -405,22 +401,16 @@ BROKEN_ENTRY(test_only_datacopy_params_block_count) {
 BROKEN_ENTRY(test_only_datacopy_ext_block_len) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
   Ctx c = load(x, out, tiling);
-  copy_into_vecin(1024, [&](LocalTensor<bfloat16_t>& t) {
-    DataCopyExtParams p{1, 2097152, 0, 0, 0};
-    DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
-    DataCopyPad(t, c.x, p, pad);
-  });
+  pad_copy_into_vecin(c, 1024, DataCopyExtParams{1, 2097152, 0, 0, 0},
+                      DataCopyPadExtParams<bfloat16_t>{false, 0, 0, bfloat16_t{}});
 }
 
 // DataCopyPad with 17 bf16 of right padding: 34 bytes, over the 32 each side may take.
 BROKEN_ENTRY(test_only_datacopy_pad_too_wide) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
   Ctx c = load(x, out, tiling);
-  copy_into_vecin(1024, [&](LocalTensor<bfloat16_t>& t) {
-    DataCopyExtParams p{1, 64, 0, 0, 0};
-    DataCopyPadExtParams<bfloat16_t> pad{true, 0, 17, bfloat16_t{}};
-    DataCopyPad(t, c.x, p, pad);
-  });
+  pad_copy_into_vecin(c, 1024, DataCopyExtParams{1, 64, 0, 0, 0},
+                      DataCopyPadExtParams<bfloat16_t>{true, 0, 17, bfloat16_t{}});
 }
 
 // ---- the workspace argument, as the code ascendc_library generates passes it ---------------------
