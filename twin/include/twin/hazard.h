@@ -22,6 +22,11 @@ constexpr int kPipes = 8;  // pipe_t values (PIPE_ALL = 6 is a barrier, not a pi
 constexpr int kPipeS = 0, kPipeV = 1, kPipeM = 2, kPipeMte1 = 3, kPipeAll = 6;
 using VClock = std::array<uint32_t, kPipes>;
 
+namespace timing {
+struct CoreTrace;  // twin/timing.h: the core's record for the timing model
+void on_issue(CoreTrace* trace, int pipe, const char* api, const VClock& vc);
+}  // namespace timing
+
 struct UbShadow {  // one 32-byte UB block
   uint32_t w_epoch = 0;
   uint8_t w_pipe = 0;
@@ -35,11 +40,13 @@ struct PipeModel {
   VClock event_snap[64][8] = {};
   std::vector<UbShadow> ub;  // grown on demand, one entry per 32-byte block
   const char* cur_api[kPipes] = {};
+  timing::CoreTrace* trace = nullptr;  // set when the launch records timing
 
   // Starts an instruction on `pipe` (its accesses follow).
   void issue(int pipe, const char* api) {
     ++vc[pipe][pipe];
     cur_api[pipe] = api;
+    if (trace) timing::on_issue(trace, pipe, api, vc[pipe]);
   }
   // Records an access of the current instruction of `pipe`; fails with `pipe-race` on a conflict.
   void access(int pipe, uint64_t off, uint64_t bytes, bool write);
