@@ -27,6 +27,7 @@ struct Platform {
 constexpr uint64_t kAscReservedUb = 8192;
 constexpr uint32_t kMinD = 16;              // smallest head dim served (one 32-byte bf16 row)
 constexpr uint32_t kMaxBlockCount = 4095;   // DataCopyPad blockCount limit (rows per copy)
+constexpr uint64_t kMinStepRows = 512;      // S rows per head the cube multiplies per step, when they fit
 constexpr uint64_t kSysWorkspace = 16ull << 20;  // system workspace of the library (arch 2201)
 
 // The problem in the [outer, S, inner, D] view of inc/rope_matrix_tiling.h.

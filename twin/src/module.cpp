@@ -111,7 +111,7 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
 
 #define TILING_FIELDS(X)                                                                                   \
   X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(outer) X(s) X(inner) \
-      X(sBase) X(sRem) X(outerChunk) X(innerChunk) X(headStride) X(slotElems) X(userWorkspace)
+      X(sBase) X(sRem) X(outerChunk) X(innerChunk) X(stepRows) X(headStride) X(slotElems) X(userWorkspace)
 
 #define PERM_TILING_FIELDS(X)                                                                                 \
   X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(sCores) X(oGroups) \
@@ -417,7 +417,7 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
     }
     rope_matrix::RopeMatrixTiling whole = t;
     whole.innerChunk = t.inner;
-    whole.chunkRows = static_cast<uint32_t>((t.sBase + 2) / 2);
+    whole.stepRows = t.sBase + 1;
     packed = rope_matrix::pack_tiling(t, host_call([&] {
       return rope_matrix::compute_matmul_tiling(whole, c.problem.xType, tp.ascendc);
     }));
