@@ -6,8 +6,8 @@ import pytest
 import torch
 
 twin = pytest.importorskip("npu_ops_transformer_ext.twin")
-from npu_ops_transformer_ext import _twin, npu_model  # noqa: E402
-from npu_ops_transformer_ext.reference import mode_matrix  # noqa: E402
+from npu_ops_transformer_ext import _twin, npu_model
+from npu_ops_transformer_ext.reference import mode_matrix
 
 PIPE_V, PIPE_MTE2, PIPE_MTE3 = 1, 4, 5
 # 1 cycle = 1 ns, no launch overhead, no fixed costs: durations are bytes / rates exactly.
@@ -37,7 +37,7 @@ def test_dependent_pipes_run_serially():
     # the load waits for the vector instruction (as a SetFlag<V_MTE2>/WaitFlag pair would order them)
     r = sched([{"name": "c", "ins": [vec(1000), load(100_000, deps={PIPE_V: 1})]}])
     assert r["makespan_us"] == pytest.approx(2.0)
-    (v0, v1), (m0, m1) = [(s[2], s[3]) for s in sorted(r["spans_ns"], key=lambda s: s[1])]
+    (_v0, v1), (m0, _m1) = [(s[2], s[3]) for s in sorted(r["spans_ns"], key=lambda s: s[1])]
     assert m0 == pytest.approx(v1)
 
 
@@ -64,12 +64,12 @@ def test_cross_core_wait_holds_the_core_until_the_set_plus_latency():
     producer = {"name": "p", "ins": [vec(1000)], "sets": [(PIPE_V, 1, 0)]}
     consumer = {"name": "q", "ins": [vec(500, gate=1)], "waits": [(1, 0, 0)]}
     r = sched([producer, consumer], [(1, 0, [(0, 0)])], flag_latency_cycles=100.0)
-    start = [s for s in r["spans_ns"] if s[0] == 1][0]
+    start = next(s for s in r["spans_ns"] if s[0] == 1)
     assert start[2] == pytest.approx(1100) and start[3] == pytest.approx(1600)
     # an increment that needs two sets (a mode-2 pair) waits for the later one
     p2 = {"name": "p2", "ins": [vec(3000)], "sets": [(PIPE_V, 1, 0)]}
     r = sched([producer, consumer, p2], [(1, 0, [(0, 0), (2, 0)])])
-    assert [s for s in r["spans_ns"] if s[0] == 1][0][2] == pytest.approx(3000)
+    assert next(s for s in r["spans_ns"] if s[0] == 1)[2] == pytest.approx(3000)
 
 
 def test_l2_serves_a_second_read_of_the_same_bytes():

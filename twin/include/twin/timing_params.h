@@ -18,11 +18,12 @@ struct HwParams {
   // asc-devkit docs/zh/guide/算子实践参考/性能分析/分析性能数据.md: "Atlas A2 ... 满核头开销约为20~21微秒".
   double launch_us = 20.0;
 
-  // HBM bandwidth shared by every core moving data at the same time, bytes per ns (= GB/s / 1000).
-  // CALIBRATED on the seed's 0.8 ms of the original operator (the original's schedule at
-  // [1, 24, 28800, 128] bf16, docs/kernel.md "Calibration"). For reference, asc-devkit quotes
-  // 1.6-1.8 TB/s peak (L2-Cache切分.md, 分析性能数据.md) and its Add sample reaches 1.61 TB/s mixed
-  // read/write on a 48-core A2 with L2 in its default mode (2.3 TB/s bypassing L2).
+  // HBM bandwidth shared by every core moving data at the same time, in GB/s (bytes per ns).
+  // CALIBRATED: the effective bandwidth both of the seed's measured 910B figures imply at
+  // [1, 24, 28800, 128] bf16 (the original operator's ~900 MB in 0.8 ms: 1.13 TB/s; npu_rotary_mul's
+  // ~369 MB in 0.35 ms: 1.05 TB/s), rounded; docs/kernel.md "Calibration". For reference, asc-devkit
+  // quotes 1.6-1.8 TB/s peak (L2-Cache切分.md, 分析性能数据.md) and its Add sample reaches 1.61 TB/s
+  // mixed read/write on a 48-core A2 with L2 in its default mode (2.3 TB/s bypassing L2).
   double hbm_gbps = 1100.0;
 
   // L2: size and bandwidth of hits. asc-devkit matmul_high_performance/README (Atlas A2): "actual
