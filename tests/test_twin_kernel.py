@@ -130,7 +130,8 @@ def test_twin_seed_shape_reduced_s():
     assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
     torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
     _check_report(rep, 24 * s)
-    # 2880 rows over 40 vector cores: 72 each, in two steps per cube core.
+    # 2880 rows over 40 vector cores: 72 each, in one step of 144 rows per cube core (two UB chunks
+    # of 40 and 32 rows per vector core).
     assert {c["rows"] for c in rep["cores"] if c["type"] == "AIV"} == {72 * 24}
     # GM traffic (docs/kernel.md): x read by cube and vector, x@y written and read once through
     # the workspace, out written once, every table row read once, y once per cube core.
@@ -150,6 +151,52 @@ def test_twin_seed_shape_reduced_s():
         ("AIV", "gm_read", "cos"): s * d * 2,
         ("AIV", "gm_write", "out"): xb,
     }
+
+
+@pytest.mark.parametrize(
+    "layout,bn,s,d,expect",
+    [
+        # 200 rows per cube core: one step of 240 rows, 3 UB chunks per vector core, 2 groups of 10
+        ("bnsd", 20, 4000, 128, {"chunkRows": 40, "stepRows": 240, "outerChunk": 10}),
+        # 600 rows per cube core: steps of 560 and 40 rows, groups of 7, 7 and 6 heads
+        ("bnsd", 20, 12000, 128, {"chunkRows": 40, "stepRows": 560, "outerChunk": 7}),
+        # BSND, 3 inner heads: one step of 324 rows, chunks of 81 and 19 rows per vector core
+        ("bsnd", 3, 4000, 64, {"chunkRows": 81, "stepRows": 324, "innerChunk": 3}),
+    ],
+)
+def test_twin_steps_of_several_chunks(layout, bn, s, d, expect):
+    # A step spans several UB chunks of each vector core (the timing model's change, docs/kernel.md):
+    # bit-exact with the CPU kernel, and the tables are read once per step or once per head group and
+    # chunk.
+    g = torch.Generator().manual_seed(7)
+    shape = (1, bn, s, d) if layout == "bnsd" else (1, s, bn, d)
+    x = torch.randn(shape, generator=g).to(torch.bfloat16)
+    y = mode_matrix("half", [d], dtype=torch.bfloat16)
+    tshape = _table_shape(layout, 1, s, d)
+    sin = torch.randn(tshape, generator=g).to(torch.bfloat16)
+    cos = torch.randn(tshape, generator=g).to(torch.bfloat16)
+    out, rep = twin.run(x, y, sin, cos, kernel="mix")
+    t = rep["tiling"]
+    for k, v in expect.items():
+        assert t[k] == v, (k, t)
+    assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
+    _check_report(rep, x.numel() // x.shape[-1])
+    groups = -(-t["outer"] // t["outerChunk"]) * -(-t["inner"] // t["innerChunk"])
+    heads = t["outer"] * t["inner"]  # a core's "rows" count x rows of D elements over all heads
+    for c in rep["cores"]:
+        if c["type"] != "AIC":
+            continue
+        rows, step_rows = c["rows"] // heads, []
+        while rows > 0:
+            step_rows.append(min(rows, t["stepRows"]))
+            rows -= step_rows[-1]
+        for sub in (0, 1):
+            v = next(a for a in rep["cores"] if a["type"] == "AIV" and a["block"] == c["block"] and a["sub"] == sub)
+            assert v["flags_waited"] == len(step_rows) * groups
+            halves = [(n + 1) // 2 if sub == 0 else n // 2 for n in step_rows]
+            # one load per step when the core's half is one chunk, else one per chunk and group
+            rows_read = sum(h * (groups if h > t["chunkRows"] else 1) for h in halves)
+            assert v["gm_read"].get("sin", 0) == rows_read * d * 2
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
