@@ -38,6 +38,7 @@ void CoreTrace::add_range(Instr& in, const GmRange& r) {
 }
 
 void CoreTrace::on_issue(int pipe, const char* api, const VClock& vc) {
+  if (aic) return;  // a cube core's instructions are its IterateAlls (on_matmul)
   Instr in;
   in.pipe = static_cast<uint8_t>(pipe);
   in.api = api;
@@ -70,8 +71,7 @@ void CoreTrace::on_gm(int region, bool write, uint64_t off, uint64_t bytes) {
       const int64_t block = static_cast<int64_t>(mm_.c_seen / mm_.c_row) / mm_.base_m;
       mm_.c_seen += bytes;
       add_range(ins[mm_.first_fix + 3 * std::min(block, mm_.blocks - 1)], r);
-    } else if (mm_.b_left > 0) {
-      mm_.b_left -= std::min(mm_.b_left, bytes);
+    } else if (region == mm_.b_region) {
       add_range(ins[mm_.first_mte2], r);
     } else {
       const int64_t block = static_cast<int64_t>(mm_.a_seen / mm_.a_row) / mm_.base_m;
@@ -85,7 +85,7 @@ void CoreTrace::on_gm(int region, bool write, uint64_t off, uint64_t bytes) {
   else pending_[pipe].push_back(r);
 }
 
-void CoreTrace::on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, bool load_b) {
+void CoreTrace::on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, int b_region) {
   const HwParams& p = *params;
   const bool fp32 = a_bytes == 4;
   auto up = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
@@ -104,7 +104,7 @@ void CoreTrace::on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a
   mm_.first_fix = s + 3;
   mm_.blocks = blocks;
   mm_.base_m = base_m;
-  mm_.b_left = load_b ? static_cast<uint64_t>(k * n * a_bytes) : 0;
+  mm_.b_region = b_region;
   mm_.a_row = static_cast<uint64_t>(k * a_bytes);
   mm_.c_row = static_cast<uint64_t>(n * c_bytes);
   mm_.a_seen = mm_.c_seen = 0;
@@ -143,9 +143,9 @@ void CoreTrace::on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a
   }
 }
 
-void matmul_iterate_all(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, bool load_b) {
+void matmul_iterate_all(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, int b_region) {
   CoreTrace* t = core().pipes.trace;
-  if (t) t->on_matmul(m, n, k, base_m, a_bytes, c_bytes, load_b);
+  if (t) t->on_matmul(m, n, k, base_m, a_bytes, c_bytes, b_region);
 }
 
 // ---- scheduling -------------------------------------------------------------------------------------

@@ -124,7 +124,7 @@ class Matmul {
     a_.check(0, (M - 1) * lda + K, false, "Matmul::IterateAll (A)");
     b_.check(0, (K - 1) * ldb + N, false, "Matmul::IterateAll (B)");
     gm.check(0, (M - 1) * ldc + N, true, "Matmul::IterateAll (C)");
-    ::twin::timing::matmul_iterate_all(M, N, K, tiling_.baseM, sizeof(TA), sizeof(TC), !b_loaded_);
+    ::twin::timing::matmul_iterate_all(M, N, K, tiling_.baseM, sizeof(TA), sizeof(TC), b_.region());
     if (!b_loaded_) {  // B is counted once per SetTensorB: it stays in L1 across IterateAll calls
       for (int64_t k = 0; k < K; ++k) b_.account(k * ldb * sizeof(TB), N * sizeof(TB), false);
       bf_.assign(K * N, 0.f);

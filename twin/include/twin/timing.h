@@ -70,7 +70,7 @@ struct CoreTrace {
   void on_issue(int pipe, const char* api, const VClock& vc);
   void on_ub(int pipe, uint64_t bytes);
   void on_gm(int region, bool write, uint64_t off, uint64_t bytes);
-  void on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, bool load_b);
+  void on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, int b_region);
 
  private:
   void add_range(Instr& in, const GmRange& r);
@@ -80,7 +80,8 @@ struct CoreTrace {
   // the IterateAll being recorded: where its GM reads and writes go
   struct {
     int64_t first_mte2 = -1, first_fix = -1, blocks = 0, base_m = 1;
-    uint64_t b_left = 0, a_row = 1, c_row = 1, a_seen = 0, c_seen = 0;
+    int b_region = -1;
+    uint64_t a_row = 1, c_row = 1, a_seen = 0, c_seen = 0;
   } mm_;
 };
 
@@ -102,8 +103,9 @@ struct Recorder {
   HwParams params;
 };
 
-// Called by the Matmul's IterateAll (cube core): one [m, k] @ [k, n] product in blocks of base_m rows.
-void matmul_iterate_all(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, bool load_b);
+// Called by the Matmul's IterateAll (cube core): one [m, k] @ [k, n] product in blocks of base_m rows;
+// its GM reads of region `b_region` are B's (whenever the Matmul accounts them), the others A's rows.
+void matmul_iterate_all(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, int b_region);
 
 struct Span {
   int core, pipe;
