@@ -126,6 +126,15 @@ struct RopePermTiling {
                          // bytes into the fp32 x tile) followed by the signs (float[chunkRows*dPad])
 };
 
+// After the offsets and signs the packed perm tiling holds y's partner runs: a uint32 count, then
+// kMaxPermRuns x {first column, first partner column, columns}. A run is a block of columns whose
+// partners lie the same distance away (each half in half mode, each quarter, each half of a 2D
+// block). When every column is in one of at most kMaxPermRuns runs that start and end on 8-column
+// (32-byte fp32) boundaries, the kernel moves each run with one strided UB copy instead of the
+// Gather (5 elements per cycle on A2 against the copy's 64); otherwise the count is 0.
+constexpr uint32_t kMaxPermRuns = 8;
+constexpr uint32_t kPermRunWords = 1 + 3 * kMaxPermRuns;
+
 __aicore__ inline void PermCoreWork(const RopePermTiling& t, uint64_t v, uint64_t& sBegin, uint64_t& rows,
                                     uint64_t& oBegin, uint64_t& heads) {
   const uint64_t sc = v / t.oGroups, og = v % t.oGroups;

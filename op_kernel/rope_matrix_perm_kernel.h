@@ -35,7 +35,13 @@ class RopeMatrixPerm {
     sinGm_.SetGlobalBuffer((__gm__ TT*)sin, t.s * t.d);
     cosGm_.SetGlobalBuffer((__gm__ TT*)cos, t.s * t.d);
     const uint32_t tile = t.chunkRows * t.dPad;  // elements of one UB tile (row pitch dPad)
-    constGm_.SetGlobalBuffer((__gm__ uint32_t*)(tiling + t.constOffset), 2ull * tile);
+    constGm_.SetGlobalBuffer((__gm__ uint32_t*)(tiling + t.constOffset), 2ull * tile + kPermRunWords);
+    runCount_ = constGm_.GetValue(2ull * tile);
+    for (uint32_t r = 0; r < runCount_ && r < kMaxPermRuns; ++r) {
+      runDst_[r] = constGm_.GetValue(2ull * tile + 1 + 3 * r);
+      runSrc_[r] = constGm_.GetValue(2ull * tile + 2 + 3 * r);
+      runLen_[r] = constGm_.GetValue(2ull * tile + 3 + 3 * r);
+    }
     pipe->InitBuffer(inX_, 2, tile * sizeof(T));
     pipe->InitBuffer(inCos_, 2, tile * sizeof(TT));
     pipe->InitBuffer(inSin_, 2, tile * sizeof(TT));
@@ -80,7 +86,7 @@ class RopeMatrixPerm {
         for (uint64_t i = 0; i < t_.inner; ++i) {
           const uint64_t xOff = (o * t_.s + sRow) * rowElems + i * t_.d;
           CopyIn(xOff, n);
-          Compute(cosF, sinF, offsets, count);
+          Compute(cosF, sinF, offsets, n);
           CopyOut(xOff, n);
         }
       }
@@ -110,9 +116,10 @@ class RopeMatrixPerm {
     inX_.EnQue(xIn);
   }
 
-  // out = x * cos + partner(x) * signed sin in fp32, one rounding (CAST_RINT) to T.
+  // out = x * cos + partner(x) * signed sin in fp32, one rounding (CAST_RINT) to T; n rows.
   __aicore__ inline void Compute(const AscendC::LocalTensor<float>& cosF, const AscendC::LocalTensor<float>& sinF,
-                                 const AscendC::LocalTensor<uint32_t>& offsets, uint32_t count) {
+                                 const AscendC::LocalTensor<uint32_t>& offsets, uint32_t n) {
+    const uint32_t count = n * t_.dPad;
     AscendC::LocalTensor<T> xIn = inX_.template DeQue<T>();
     AscendC::LocalTensor<float> xF = xF_.template Get<float>();
     AscendC::LocalTensor<float> pF = pF_.template Get<float>();
@@ -122,7 +129,16 @@ class RopeMatrixPerm {
       AscendC::Cast(xF, xIn, AscendC::RoundMode::CAST_NONE, count);
     }
     inX_.FreeTensor(xIn);
-    AscendC::Gather(pF, xF, offsets, 0u, count);
+    if (runCount_ > 0) {
+      // each run of partners: one copy of its columns for all n rows (rows dPad apart)
+      for (uint32_t r = 0; r < runCount_; ++r) {
+        const uint16_t gap = static_cast<uint16_t>((t_.dPad - runLen_[r]) / 8);
+        AscendC::DataCopyParams p{static_cast<uint16_t>(n), static_cast<uint16_t>(runLen_[r] / 8), gap, gap};
+        AscendC::DataCopy(pF[runDst_[r]], xF[runSrc_[r]], p);
+      }
+    } else {
+      AscendC::Gather(pF, xF, offsets, 0u, count);
+    }
     AscendC::Mul(xF, xF, cosF, static_cast<int32_t>(count));
     AscendC::Mul(pF, pF, sinF, static_cast<int32_t>(count));
     AscendC::LocalTensor<T> outT = outQ_.template AllocTensor<T>();
@@ -148,6 +164,7 @@ class RopeMatrixPerm {
   AscendC::TQue<AscendC::TPosition::VECOUT, 1> outQ_;
   AscendC::TBuf<AscendC::TPosition::VECCALC> xF_, pF_, cosF_, sinF_;
   AscendC::LocalTensor<uint32_t> consts_;
+  uint32_t runCount_ = 0, runDst_[kMaxPermRuns] = {}, runSrc_[kMaxPermRuns] = {}, runLen_[kMaxPermRuns] = {};
 };
 
 // The body every perm entry point shares.

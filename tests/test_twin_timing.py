@@ -130,6 +130,25 @@ def test_original_schedule_kernel_is_exact_and_clean(s):
     assert all(c["flags_set"] == 0 and c["flags_waited"] == 1 for c in rep["cores"] if c["type"] == "AIV")
 
 
+@pytest.mark.parametrize(
+    "mode,sections,copies",
+    [("half", [128], True), ("quarter", [128], True), ("half", [64, 64], True), ("half", [32, 32, 64], True),
+     ("interleave", [128], False), ("half", [44, 44, 40], False)],
+)
+def test_perm_kernel_copies_aligned_partner_runs_instead_of_gathering(tmp_path, mode, sections, copies):
+    # Runs of columns whose partners lie the same distance away, 8-column aligned, move with one
+    # strided UB copy each; anything else (interleave, 44-column halves) keeps the Gather. Both exact.
+    d = sum(sections)
+    x, _, sin, cos = _inputs(50, d=d)
+    y = mode_matrix(mode, sections)
+    path = tmp_path / "t.json"
+    out, rep = twin.run(x, y, sin, cos, kernel="perm", timeline=True, trace=str(path))
+    assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
+    names = {e["name"] for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert ("Gather" not in names) == copies
+    assert ("DataCopy(UB->UB, params)" in names) == copies
+
+
 def test_timeline_grows_with_the_work_and_shrinks_with_bandwidth():
     small = twin.run(*_inputs(400), kernel="perm", timeline=True)[1]["timeline"]["makespan_us"]
     large = twin.run(*_inputs(1600), kernel="perm", timeline=True)[1]["timeline"]["makespan_us"]

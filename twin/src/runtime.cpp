@@ -471,7 +471,7 @@ void PipeModel::access(int q, uint64_t off, uint64_t bytes, bool write) {
   const uint32_t e = vc[q][q];
   const VClock& seen = vc[q];
   const char* api = cur_api[q];
-  if (trace) trace->on_ub(q, bytes);
+  if (trace) trace->on_ub(q, bytes, write);
   for (uint64_t b = b0; b < b1; ++b) {
     UbShadow& s = ub[b];
     if (s.w_epoch && s.w_pipe != q && s.w_epoch > seen[s.w_pipe]) {

@@ -54,12 +54,14 @@ void CoreTrace::on_issue(int pipe, const char* api, const VClock& vc) {
     in.kind = pipe == kPipeV ? Kind::Vector : Kind::Scalar;
   }
   open_[pipe] = push(std::move(in));
+  open_written_[pipe] = 0;
 }
 
-void CoreTrace::on_ub(int pipe, uint64_t bytes) {
+void CoreTrace::on_ub(int pipe, uint64_t bytes, bool write) {
   if (open_[pipe] >= 0) {
     Instr& in = ins[open_[pipe]];
-    in.ub_bytes = std::max(in.ub_bytes, bytes);
+    if (write) open_written_[pipe] += bytes;  // a strided copy writes block by block
+    in.ub_bytes = std::max({in.ub_bytes, bytes, open_written_[pipe]});
   }
 }
 

@@ -39,7 +39,7 @@ struct Instr {
   const char* api = "";
   VClock deps{};           // per pipe: how many of its instructions (in issue order) must be done first
   uint32_t gate = 0;       // cross-core waits of this core issued before it: all must have passed
-  uint64_t ub_bytes = 0;   // vector: the widest UB operand
+  uint64_t ub_bytes = 0;   // vector: the widest UB operand access, or all bytes written if more
   double cycles = 0;       // fixed cycles (compute, or the transfer's issue latency)
   double cap = 0;          // transfers: bytes per cycle this pipe moves at most
   std::vector<GmRange> gm;  // transfers: the GM bytes moved
@@ -68,7 +68,7 @@ struct CoreTrace {
 
   void on_api_entry() { std::fill(std::begin(open_), std::end(open_), -1); }
   void on_issue(int pipe, const char* api, const VClock& vc);
-  void on_ub(int pipe, uint64_t bytes);
+  void on_ub(int pipe, uint64_t bytes, bool write);
   void on_gm(int region, bool write, uint64_t off, uint64_t bytes);
   void on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, int b_region);
 
@@ -76,6 +76,7 @@ struct CoreTrace {
   void add_range(Instr& in, const GmRange& r);
   uint32_t push(Instr in);
   int64_t open_[kPipes] = {-1, -1, -1, -1, -1, -1, -1, -1};  // instruction issued by the current API call
+  uint64_t open_written_[kPipes] = {};                        // UB bytes it wrote so far
   std::vector<GmRange> pending_[kPipes];  // GM bytes accounted before their instruction was issued
   // the IterateAll being recorded: where its GM reads and writes go
   struct {

@@ -1,4 +1,4 @@
-// The twin's Gather (level 2), Duplicate and UB -> UB DataCopy, as asc-devkit declares them
+// The twin's Gather (level 2), Duplicate and UB -> UB DataCopy (count and strided forms), as asc-devkit declares them
 // (kernel_operator_vec_gather_intf.h, kernel_operator_vec_duplicate_intf.h,
 // kernel_operator_data_copy_intf.h). Included at the end of kernel_operator.h.
 #pragma once
@@ -79,6 +79,33 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>&
   dst.touch(::twin::kPipeV, 0, bytes, true);
   std::memmove(dst.ptr(), src.ptr(), bytes);
   std::memmove(dst.defs(), src.defs(), bytes);
+}
+
+// UB -> UB strided copy: blockCount blocks of blockLen 32-byte units, each followed by srcStride
+// (source) and dstStride (destination) 32-byte units of gap; bit for bit, on the vector pipe.
+template <typename T>
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p) {
+  ::twin::tick();
+  const char* api = "DataCopy(UB->UB, params)";
+  detail::require_aiv(api);
+  if (p.blockCount == 0 || p.blockLen == 0) return;
+  const uint64_t blen = p.blockLen * 32ull, sPitch = blen + p.srcStride * 32ull, dPitch = blen + p.dstStride * 32ull;
+  const uint64_t sSpan = (p.blockCount - 1) * sPitch + blen, dSpan = (p.blockCount - 1) * dPitch + blen;
+  src.check(sSpan / sizeof(T), ::twin::Role::VecRead, api);
+  dst.check(dSpan / sizeof(T), ::twin::Role::VecWrite, api);
+  if (dst.off_ < src.off_ + sSpan && src.off_ < dst.off_ + dSpan) {
+    ::twin::fail("vector-overlap", ::twin::str(api, ": dst UB [", dst.off_, ", ", dst.off_ + dSpan, ") overlaps src [",
+                                               src.off_, ", ", src.off_ + sSpan, ")"));
+  }
+  ::twin::issue(::twin::kPipeV, api);
+  auto* d = reinterpret_cast<uint8_t*>(dst.ptr());
+  const auto* s = reinterpret_cast<const uint8_t*>(src.ptr());
+  for (uint32_t i = 0; i < p.blockCount; ++i) {
+    src.touch(::twin::kPipeV, i * sPitch, blen, false);
+    dst.touch(::twin::kPipeV, i * dPitch, blen, true);
+    std::memcpy(d + i * dPitch, s + i * sPitch, blen);
+    std::memcpy(dst.defs() + i * dPitch, src.defs() + i * sPitch, blen);
+  }
 }
 
 }  // namespace AscendC
