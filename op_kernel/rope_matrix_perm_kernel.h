@@ -2,8 +2,10 @@
 // out[j] = x[j] * cos[j] + x[partner[j]] * (sign[j] * sin[j]), no cube, no workspace.
 //
 // x @ y for such a y is an exact move and negation of elements, so no matmul is needed: the vector
-// core reads x once, finds each element's partner in UB with one Gather (byte offsets precomputed
-// by the host for a whole tile, an all-zero column of y reads a +0 slot), and writes out once.
+// core reads x once, finds each element's partner in UB, and writes out once. Partners come either
+// from one strided UB copy per run of columns whose partners lie the same distance away (half,
+// quarter, 2D halves; when the runs are 32-byte aligned, see kMaxPermRuns), or from one Gather
+// (byte offsets precomputed by the host for a whole tile, an all-zero column of y reads a +0 slot).
 // The sign of y's column is folded into the sin row once per table row (an exact multiplication
 // by +-1); cos/sin rows are loaded once per row chunk and reused for every head. The arithmetic is
 // the CPU kernel's: fp32, x*cos, partner*sin, their sum, one rounding (CAST_RINT) to x's dtype,
