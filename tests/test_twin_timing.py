@@ -143,6 +143,7 @@ def test_perm_kernel_copies_aligned_partner_runs_instead_of_gathering(tmp_path, 
     y = mode_matrix(mode, sections)
     path = tmp_path / "t.json"
     out, rep = twin.run(x, y, sin, cos, kernel="perm", timeline=True, trace=str(path))
+    assert rep["kernel_kind"] == "perm"
     assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
     names = {e["name"] for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"}
     assert ("Gather" not in names) == copies
