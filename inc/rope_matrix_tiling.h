@@ -6,12 +6,13 @@
 // [S, 1, D] / [1, S, 1, D] tables is outer = B, inner = N. The tables are [S, D] rows.
 //
 // Work split. Cube core b (of blockDim) owns the S rows [cubeRowBegin(b), +cubeRowCount(b)), and the
-// split is even (counts differ by at most one). It walks them in chunks of up to 2*chunkRows rows,
-// and each chunk in head groups (outerChunk outer heads x innerChunk inner heads): per step (chunk,
-// head group) it multiplies those rows of the group's heads by y into a workspace slot (two slots,
-// a ring), then signals its two vector cores; vector core 2b+s takes the first (s = 0) or second
-// (s = 1) half of the chunk's rows, for every head of the group, and signals back when the slot is
-// free. Every S row therefore belongs to exactly one cube core and exactly one vector core.
+// split is even (counts differ by at most one). It walks them in blocks of up to stepRows rows (a
+// multiple of 2*chunkRows), and each block in head groups (outerChunk outer heads x innerChunk inner
+// heads): per step (block, head group) it multiplies those rows of the group's heads by y into a
+// workspace slot (two slots, a ring), one IterateAll per head, then signals its two vector cores;
+// vector core 2b+s takes the first (s = 0) or second (s = 1) half of the block's rows, walks them in
+// chunks of up to chunkRows rows (its UB tile) for every head of the group, and signals back when
+// the slot is free. Every S row therefore belongs to exactly one cube core and exactly one vector core.
 //
 // Workspace bound. A slot holds at most kSlotBytes, whatever the shape: the user workspace is at
 // most blockDim * kSlots * kSlotBytes (2 MiB per AI Core), because the head groups (and, for a very
@@ -40,7 +41,7 @@ struct RopeMatrixTiling {
   uint32_t d;               // head dim D (elements per row)
   uint32_t dPad;            // row pitch in UB (elements): D rounded up so a row of x, of a table and of
                             // an fp32 temporary are each a multiple of 32 bytes
-  uint32_t chunkRows;       // max S rows one vector core handles per step (UB-sized)
+  uint32_t chunkRows;       // max S rows one vector core handles at once (its UB tile)
   uint32_t xBytes;          // sizeof(x element) = sizeof(out) = sizeof(workspace element)
   uint32_t tableBytes;      // sizeof(sin/cos element): x's or 4 (float)
   uint32_t ubBytes;         // UB bytes the vector side allocates (<= ubBudget)
@@ -52,8 +53,10 @@ struct RopeMatrixTiling {
   uint64_t sRem;            // ... plus one for cube cores [0, S % blockDim)
   uint64_t outerChunk;      // outer heads per step (a head group), <= outer
   uint64_t innerChunk;      // inner heads per step, <= inner; the slot's row pitch is innerChunk * D
+  uint64_t stepRows;        // S rows per step (the cube's rows per IterateAll, times innerChunk):
+                            // 2 * chunkRows * k, k >= 1 vector chunks per vector core and step
   uint64_t headStride;      // elements between two `outer` heads inside a workspace slot
-                            // = 2 * chunkRows * innerChunk * D
+                            // = stepRows * innerChunk * D
   uint64_t slotElems;       // elements of one workspace slot = outerChunk * headStride (<= kSlotBytes)
   uint64_t userWorkspace;   // user workspace bytes = blockDim * kSlots * slotElems * xBytes
 };
@@ -81,17 +84,15 @@ __aicore__ inline void HeadGroup(const RopeMatrixTiling& t, uint64_t g, uint64_t
 
 // Row chunks cube core b (and both of its vector cores) go through; each has HeadGroups steps.
 __aicore__ inline uint64_t Steps(const RopeMatrixTiling& t, uint64_t cubeRows) {
-  const uint64_t per = 2ull * t.chunkRows;
-  return (cubeRows + per - 1) / per;
+  return (cubeRows + t.stepRows - 1) / t.stepRows;
 }
 
 // Rows of row chunk `step` of a cube core with `cubeRows` rows: all of them [0, n) relative to the
 // step's first row, and the share of vector sub-block `sub`: [first, first + count).
 __aicore__ inline uint64_t StepRows(const RopeMatrixTiling& t, uint64_t cubeRows, uint64_t step) {
-  const uint64_t per = 2ull * t.chunkRows;
-  const uint64_t begin = step * per;
+  const uint64_t begin = step * t.stepRows;
   const uint64_t left = cubeRows - begin;
-  return left < per ? left : per;
+  return left < t.stepRows ? left : t.stepRows;
 }
 __aicore__ inline void SubRows(uint64_t stepRows, uint64_t sub, uint64_t& first, uint64_t& count) {
   const uint64_t half0 = (stepRows + 1) / 2;
@@ -124,6 +125,15 @@ struct RopePermTiling {
   uint64_t constOffset;  // bytes from the tiling start to the Gather offsets (uint32[chunkRows*dPad],
                          // bytes into the fp32 x tile) followed by the signs (float[chunkRows*dPad])
 };
+
+// After the offsets and signs the packed perm tiling holds y's partner runs: a uint32 count, then
+// kMaxPermRuns x {first column, first partner column, columns}. A run is a block of columns whose
+// partners lie the same distance away (each half in half mode, each quarter, each half of a 2D
+// block). When every column is in one of at most kMaxPermRuns runs that start and end on 8-column
+// (32-byte fp32) boundaries, the kernel moves each run with one strided UB copy instead of the
+// Gather (5 elements per cycle on A2 against the copy's 64); otherwise the count is 0.
+constexpr uint32_t kMaxPermRuns = 8;
+constexpr uint32_t kPermRunWords = 1 + 3 * kMaxPermRuns;
 
 __aicore__ inline void PermCoreWork(const RopePermTiling& t, uint64_t v, uint64_t& sBegin, uint64_t& rows,
                                     uint64_t& oBegin, uint64_t& heads) {

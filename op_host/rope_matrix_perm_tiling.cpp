@@ -99,11 +99,32 @@ RopePermTiling compute_perm_tiling(const Problem& p, const Platform& plat, uint3
   return t;
 }
 
+std::vector<uint32_t> partner_runs(const std::vector<int32_t>& partner) {
+  std::vector<uint32_t> words(kPermRunWords, 0);
+  const uint64_t d = partner.size();
+  uint32_t count = 0;
+  for (uint64_t j = 0; j < d;) {
+    if (partner[j] < 0) return std::vector<uint32_t>(kPermRunWords, 0);  // a +0 column: Gather
+    const int64_t shift = partner[j] - static_cast<int64_t>(j);
+    uint64_t end = j + 1;
+    while (end < d && partner[end] - static_cast<int64_t>(end) == shift) ++end;
+    const uint64_t src = j + shift, len = end - j;
+    if (j % 8 || src % 8 || len % 8 || count == kMaxPermRuns) return std::vector<uint32_t>(kPermRunWords, 0);
+    words[1 + 3 * count] = static_cast<uint32_t>(j);
+    words[2 + 3 * count] = static_cast<uint32_t>(src);
+    words[3 + 3 * count] = static_cast<uint32_t>(len);
+    ++count;
+    j = end;
+  }
+  words[0] = count;
+  return words;
+}
+
 std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector<int32_t>& partner,
                                       const std::vector<float>& sign) {
   if (partner.size() != t.d || sign.size() != t.d) fail("partner/sign size does not match D = ", t.d);
   const uint64_t tile = static_cast<uint64_t>(t.chunkRows) * t.dPad;
-  std::vector<uint8_t> out(t.constOffset + 2 * tile * 4, 0);
+  std::vector<uint8_t> out(t.constOffset + 2 * tile * 4 + kPermRunWords * 4, 0);
   std::memcpy(out.data(), &t, sizeof(t));
   std::vector<uint32_t> offsets(tile);
   std::vector<float> signs(tile, 1.0f);
@@ -118,6 +139,8 @@ std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector
   }
   std::memcpy(out.data() + t.constOffset, offsets.data(), tile * 4);
   std::memcpy(out.data() + t.constOffset + tile * 4, signs.data(), tile * 4);
+  const std::vector<uint32_t> runs = partner_runs(partner);
+  std::memcpy(out.data() + t.constOffset + 2 * tile * 4, runs.data(), runs.size() * 4);
   return out;
 }
 

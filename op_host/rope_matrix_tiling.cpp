@@ -90,12 +90,27 @@ RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t
     chunk = std::max<uint64_t>(1, slotMax / (2 * p.inner * p.d));
     if (2 * chunk * p.inner * p.d > slotMax) innerChunk = slotMax / (2 * p.d);  // >= 1: 2 * D * 4 bytes << 1 MiB
   }
-  const uint64_t outerChunk = std::min<uint64_t>(p.outer, slotMax / (2 * chunk * innerChunk * p.d));
+  // Rows per step: a synchronous IterateAll costs the Matmul API a fixed overhead and drains the
+  // cube's pipes, so a step multiplies at least kMinStepRows rows per head when the slot and the
+  // cube core's rows allow (the vector cores walk their half of them in chunks of `chunk` rows); the
+  // timing model showed ~24 IterateAlls of 80 rows per step leaving the vector cores idle
+  // (docs/kernel.md, "Timing model"). With sliced inner heads a step stays at one row per vector.
+  uint64_t perChunk = 1;
+  if (innerChunk == p.inner) {
+    perChunk = std::min<uint64_t>({ceil_div(kMinStepRows, 2 * chunk), slotMax / (2 * chunk * innerChunk * p.d),
+                                   ceil_div(cubeMax, 2 * chunk)});
+    perChunk = std::max<uint64_t>(perChunk, 1);
+  }
+  const uint64_t stepRows = 2 * chunk * perChunk;
+  // The outer heads per step fill the slot, in groups of equal size (the last one is not a sliver).
+  const uint64_t outerMax = std::min<uint64_t>(p.outer, slotMax / (stepRows * innerChunk * p.d));
+  const uint64_t outerChunk = ceil_div(p.outer, ceil_div(p.outer, outerMax));
   t.chunkRows = static_cast<uint32_t>(chunk);
   t.ubBytes = static_cast<uint32_t>(perRow * chunk);
   t.outerChunk = outerChunk;
   t.innerChunk = innerChunk;
-  t.headStride = 2 * chunk * innerChunk * p.d;
+  t.stepRows = stepRows;
+  t.headStride = stepRows * innerChunk * p.d;
   t.slotElems = outerChunk * t.headStride;
   t.userWorkspace = static_cast<uint64_t>(t.blockDim) * kSlots * t.slotElems * p.xBytes;
   return t;
@@ -115,7 +130,7 @@ std::vector<uint8_t> compute_matmul_tiling(const RopeMatrixTiling& t, DType xTyp
   using namespace matmul_tiling;
   const DataType dt = matmul_data_type(xType);
   if ((xType == DType::FP32) != (t.xBytes == 4)) fail("x dtype and xBytes = ", t.xBytes, " of the tiling disagree");
-  const int64_t m = 2ll * t.chunkRows * static_cast<int64_t>(t.innerChunk);  // <= kSlotBytes / 2 elements
+  const int64_t m = static_cast<int64_t>(t.stepRows * t.innerChunk);  // <= kSlotBytes / 2 elements
   const int32_t M = static_cast<int32_t>(m), D = static_cast<int32_t>(t.d);
   MultiCoreMatmulTiling api(plat);
   api.SetDim(static_cast<int32_t>(t.blockDim));
@@ -131,6 +146,12 @@ std::vector<uint8_t> compute_matmul_tiling(const RopeMatrixTiling& t, DType xTyp
   if (api.GetTiling(cube) == -1) {
     fail("matmul tiling failed for [", M, ", ", D, "] @ [", D, ", ", D, "] (", t.xBytes, "-byte elements)");
   }
+  // Keep y in L1 for the whole IterateAll, as the original operator kept its rotate matrix resident
+  // (seed 002). With one K block (baseK >= D) and depthB1 = 2, the Matmul API's NORMAL cube-in buffer
+  // double-buffers B over the M blocks and caches nothing, so y would be read from GM again for every
+  // baseM rows; with depthB1 = 1 it caches that one block ("k full load") and reads y once per
+  // IterateAll (asc-devkit impl/adv_api/detail/matmul/resource/cube_in_buffer/cube_in_buffer_normal.h).
+  if (cube.get_baseK() >= D && cube.get_baseN() >= D && cube.get_depthB1() == 2) cube.set_depthB1(1);
   std::vector<uint8_t> bytes(cube.GetDataSize());
   cube.SaveToBuffer(bytes.data(), bytes.size());
   return bytes;

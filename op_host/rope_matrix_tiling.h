@@ -27,6 +27,7 @@ struct Platform {
 constexpr uint64_t kAscReservedUb = 8192;
 constexpr uint32_t kMinD = 16;              // smallest head dim served (one 32-byte bf16 row)
 constexpr uint32_t kMaxBlockCount = 4095;   // DataCopyPad blockCount limit (rows per copy)
+constexpr uint64_t kMinStepRows = 512;      // S rows per head the cube multiplies per step, when they fit
 constexpr uint64_t kSysWorkspace = 16ull << 20;  // system workspace of the library (arch 2201)
 
 // The problem in the [outer, S, inner, D] view of inc/rope_matrix_tiling.h.
@@ -80,9 +81,13 @@ uint32_t perm_ub_bytes_per_element(uint32_t xBytes, uint32_t tableBytes);
 // TilingError when the shape is not served (the launcher then uses the MIX kernel).
 RopePermTiling compute_perm_tiling(const Problem& p, const Platform& plat, uint32_t maxBlockDim = 0);
 
+// The partner-run words of inc/rope_matrix_tiling.h (kPermRunWords uint32) for a partner table;
+// count 0 when some column is all zero, a run is not 8-column aligned or there are too many.
+std::vector<uint32_t> partner_runs(const std::vector<int32_t>& partner);
+
 // The perm kernel's `tiling` bytes: RopePermTiling, padding to constOffset, then per tile element
 // the Gather byte offset into the fp32 x tile (an all-zero column and the padding columns read the
-// +0 slot after the tile) and the sign.
+// +0 slot after the tile) and the sign, then the partner runs (partner_runs).
 std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector<int32_t>& partner,
                                       const std::vector<float>& sign);
 

@@ -1,9 +1,11 @@
 // The rope_matrix kernel, KERNEL_TYPE_MIX_AIC_1_2: out = x * cos + (x @ y) * sin.
 //
-// Cube core b: for each step (a row chunk x a head group), those x rows @ y -> workspace slot
-// (step % 2), then flag READY. Vector core 2b+s: per row chunk, load its share of cos/sin rows once;
-// per step, wait READY and for every head of the group load x and x@y, compute in fp32 (Cast, Mul, Mul, Add, Cast CAST_RINT), store out; then flag
-// FREE so the cube may refill the slot. The cube runs one step ahead of the vectors (two slots), so
+// Cube core b: for each step (a block of stepRows S rows x a head group), those x rows @ y, one
+// IterateAll per head -> workspace slot (step % 2), then flag READY. Vector core 2b+s: per step, wait
+// READY and walk its half of the block in chunks of chunkRows rows: load the chunk's cos/sin rows
+// (once per block when its half is one chunk), then for every head of the group load x and x@y,
+// compute in fp32 (Cast, Mul, Mul, Add, Cast CAST_RINT), store out; then flag FREE so the cube may
+// refill the slot. The cube runs one step ahead of the vectors (two slots), so
 // matmul and vector work overlap. Rows, steps and offsets come from inc/rope_matrix_tiling.h.
 //
 // The same source compiles with bisheng for the NPU and with g++ against twin/include.
@@ -52,7 +54,7 @@ class RopeMatrixCube {
     uint64_t step = 0;  // (chunk, head group) steps so far: the slot ring position
     for (uint64_t c = 0; c < chunks; ++c) {
       const uint64_t n = StepRows(t_, rows, c);
-      const uint64_t s0 = sBegin + c * 2ull * t_.chunkRows;
+      const uint64_t s0 = sBegin + c * t_.stepRows;
       for (uint64_t g = 0; g < groups; ++g, ++step) {
         const uint32_t slot = static_cast<uint32_t>(step % kSlots);
         if (step >= kSlots) {
@@ -144,37 +146,38 @@ class RopeMatrixVec {
     for (uint64_t c = 0; c < chunks; ++c) {
       uint64_t first, n;
       SubRows(StepRows(t_, rows, c), sub, first, n);
-      const uint64_t sRow = sBegin + c * 2ull * t_.chunkRows + first;
-      const uint32_t count = static_cast<uint32_t>(n) * t_.dPad;
-      // cos/sin rows of this chunk: loaded once, used for every head of every group.
+      const uint64_t sStep = sBegin + c * t_.stepRows + first;
+      // cos/sin rows: when this core's share of the step is one chunk they are loaded once for every
+      // group; otherwise once per chunk of each group.
+      const bool oneChunk = n <= t_.chunkRows;
       AscendC::LocalTensor<TT> cosT, sinT;
       AscendC::LocalTensor<float> cosF, sinF;
-      if (n > 0) LoadTables(sRow, static_cast<uint32_t>(n), cosT, sinT, cosF, sinF);
+      if (oneChunk && n > 0) LoadTables(sStep, static_cast<uint32_t>(n), cosT, sinT, cosF, sinF);
       for (uint64_t g = 0; g < groups; ++g, ++step) {
         const uint32_t slot = static_cast<uint32_t>(step % kSlots);
         AscendC::CrossCoreWaitFlag(kFlagReady0 + slot);
-        if (n > 0) {
-          uint64_t o0, on, i0, in;
-          HeadGroup(t_, g, o0, on, i0, in);
-          const uint64_t slotBase = wsCore + slot * t_.slotElems;
+        uint64_t o0, on, i0, in;
+        HeadGroup(t_, g, o0, on, i0, in);
+        const uint64_t slotBase = wsCore + slot * t_.slotElems;
+        for (uint64_t r0 = 0; r0 < n; r0 += t_.chunkRows) {
+          const uint32_t m = static_cast<uint32_t>(n - r0 < t_.chunkRows ? n - r0 : t_.chunkRows);
+          if (!oneChunk) LoadTables(sStep + r0, m, cosT, sinT, cosF, sinF);
           const uint64_t rowElems = t_.inner * t_.d;
           for (uint64_t o = 0; o < on; ++o) {
             for (uint64_t i = 0; i < in; ++i) {
-              const uint64_t xOff = ((o0 + o) * t_.s + sRow) * rowElems + (i0 + i) * t_.d;
-              const uint64_t wOff = slotBase + o * t_.headStride + first * t_.innerChunk * t_.d + i * t_.d;
-              CopyIn(xOff, wOff, static_cast<uint32_t>(n));
-              Compute(cosF, sinF, count);
-              CopyOut(xOff, static_cast<uint32_t>(n));
+              const uint64_t xOff = ((o0 + o) * t_.s + sStep + r0) * rowElems + (i0 + i) * t_.d;
+              const uint64_t wOff = slotBase + o * t_.headStride + (first + r0) * t_.innerChunk * t_.d + i * t_.d;
+              CopyIn(xOff, wOff, m);
+              Compute(cosF, sinF, m * t_.dPad);
+              CopyOut(xOff, m);
             }
           }
+          if (!oneChunk) FreeTables(cosT, sinT);
         }
         // The last reads of this slot were MTE2 copies: FREE is raised once they completed.
         AscendC::CrossCoreSetFlag<0x2, PIPE_MTE2>(kFlagFree0 + slot);
       }
-      if (n > 0) {
-        inCos_.FreeTensor(cosT);
-        inSin_.FreeTensor(sinT);
-      }
+      if (oneChunk && n > 0) FreeTables(cosT, sinT);
     }
   }
 
@@ -186,6 +189,11 @@ class RopeMatrixVec {
                                     AscendC::LocalTensor<float>& sinF) {
     LoadTableRows(cosGm_, sinGm_, sRow, n, static_cast<uint32_t>(t_.d), static_cast<uint32_t>(t_.dPad),
                   tGapBlocks_, inCos_, inSin_, cosF_, sinF_, cosT, sinT, cosF, sinF);
+  }
+
+  __aicore__ inline void FreeTables(AscendC::LocalTensor<TT>& cosT, AscendC::LocalTensor<TT>& sinT) {
+    inCos_.FreeTensor(cosT);
+    inSin_.FreeTensor(sinT);
   }
 
   // n rows of D elements: x rows `inner * D` apart in GM, workspace rows `innerChunk * D` apart.

@@ -2,8 +2,10 @@
 // out[j] = x[j] * cos[j] + x[partner[j]] * (sign[j] * sin[j]), no cube, no workspace.
 //
 // x @ y for such a y is an exact move and negation of elements, so no matmul is needed: the vector
-// core reads x once, finds each element's partner in UB with one Gather (byte offsets precomputed
-// by the host for a whole tile, an all-zero column of y reads a +0 slot), and writes out once.
+// core reads x once, finds each element's partner in UB, and writes out once. Partners come either
+// from one strided UB copy per run of columns whose partners lie the same distance away (half,
+// quarter, 2D halves; when the runs are 32-byte aligned, see kMaxPermRuns), or from one Gather
+// (byte offsets precomputed by the host for a whole tile, an all-zero column of y reads a +0 slot).
 // The sign of y's column is folded into the sin row once per table row (an exact multiplication
 // by +-1); cos/sin rows are loaded once per row chunk and reused for every head. The arithmetic is
 // the CPU kernel's: fp32, x*cos, partner*sin, their sum, one rounding (CAST_RINT) to x's dtype,
@@ -35,7 +37,13 @@ class RopeMatrixPerm {
     sinGm_.SetGlobalBuffer((__gm__ TT*)sin, t.s * t.d);
     cosGm_.SetGlobalBuffer((__gm__ TT*)cos, t.s * t.d);
     const uint32_t tile = t.chunkRows * t.dPad;  // elements of one UB tile (row pitch dPad)
-    constGm_.SetGlobalBuffer((__gm__ uint32_t*)(tiling + t.constOffset), 2ull * tile);
+    constGm_.SetGlobalBuffer((__gm__ uint32_t*)(tiling + t.constOffset), 2ull * tile + kPermRunWords);
+    runCount_ = constGm_.GetValue(2ull * tile);
+    for (uint32_t r = 0; r < runCount_ && r < kMaxPermRuns; ++r) {
+      runDst_[r] = constGm_.GetValue(2ull * tile + 1 + 3 * r);
+      runSrc_[r] = constGm_.GetValue(2ull * tile + 2 + 3 * r);
+      runLen_[r] = constGm_.GetValue(2ull * tile + 3 + 3 * r);
+    }
     pipe->InitBuffer(inX_, 2, tile * sizeof(T));
     pipe->InitBuffer(inCos_, 2, tile * sizeof(TT));
     pipe->InitBuffer(inSin_, 2, tile * sizeof(TT));
@@ -80,7 +88,7 @@ class RopeMatrixPerm {
         for (uint64_t i = 0; i < t_.inner; ++i) {
           const uint64_t xOff = (o * t_.s + sRow) * rowElems + i * t_.d;
           CopyIn(xOff, n);
-          Compute(cosF, sinF, offsets, count);
+          Compute(cosF, sinF, offsets, n);
           CopyOut(xOff, n);
         }
       }
@@ -110,9 +118,10 @@ class RopeMatrixPerm {
     inX_.EnQue(xIn);
   }
 
-  // out = x * cos + partner(x) * signed sin in fp32, one rounding (CAST_RINT) to T.
+  // out = x * cos + partner(x) * signed sin in fp32, one rounding (CAST_RINT) to T; n rows.
   __aicore__ inline void Compute(const AscendC::LocalTensor<float>& cosF, const AscendC::LocalTensor<float>& sinF,
-                                 const AscendC::LocalTensor<uint32_t>& offsets, uint32_t count) {
+                                 const AscendC::LocalTensor<uint32_t>& offsets, uint32_t n) {
+    const uint32_t count = n * t_.dPad;
     AscendC::LocalTensor<T> xIn = inX_.template DeQue<T>();
     AscendC::LocalTensor<float> xF = xF_.template Get<float>();
     AscendC::LocalTensor<float> pF = pF_.template Get<float>();
@@ -122,7 +131,16 @@ class RopeMatrixPerm {
       AscendC::Cast(xF, xIn, AscendC::RoundMode::CAST_NONE, count);
     }
     inX_.FreeTensor(xIn);
-    AscendC::Gather(pF, xF, offsets, 0u, count);
+    if (runCount_ > 0) {
+      // each run of partners: one copy of its columns for all n rows (rows dPad apart)
+      for (uint32_t r = 0; r < runCount_; ++r) {
+        const uint16_t gap = static_cast<uint16_t>((t_.dPad - runLen_[r]) / 8);
+        AscendC::DataCopyParams p{static_cast<uint16_t>(n), static_cast<uint16_t>(runLen_[r] / 8), gap, gap};
+        AscendC::DataCopy(pF[runDst_[r]], xF[runSrc_[r]], p);
+      }
+    } else {
+      AscendC::Gather(pF, xF, offsets, 0u, count);
+    }
     AscendC::Mul(xF, xF, cosF, static_cast<int32_t>(count));
     AscendC::Mul(pF, pF, sinF, static_cast<int32_t>(count));
     AscendC::LocalTensor<T> outT = outQ_.template AllocTensor<T>();
@@ -148,6 +166,7 @@ class RopeMatrixPerm {
   AscendC::TQue<AscendC::TPosition::VECOUT, 1> outQ_;
   AscendC::TBuf<AscendC::TPosition::VECCALC> xF_, pF_, cosF_, sinF_;
   AscendC::LocalTensor<uint32_t> consts_;
+  uint32_t runCount_ = 0, runDst_[kMaxPermRuns] = {}, runSrc_[kMaxPermRuns] = {}, runLen_[kMaxPermRuns] = {};
 };
 
 // The body every perm entry point shares.

@@ -18,7 +18,7 @@ UB_BUDGET = 196608 - 256 - 8192  # GetCoreMemSize(UB) on 910B minus the 8 KiB AP
 def _rows(t):
     """{cube b: [rows]}, {vector 2b+s: [rows]} from the tiling fields, as the kernel walks them."""
     cube, vec = {}, {}
-    per = 2 * t["chunkRows"]
+    per = t["stepRows"]
     for b in range(t["blockDim"]):
         begin = b * t["sBase"] + min(b, t["sRem"])
         count = t["sBase"] + (1 if b < t["sRem"] else 0)
@@ -89,7 +89,8 @@ def test_ub_within_budget_and_aligned(d, x_dtype, table_dtype):
     per_row = _twin.ub_bytes_per_element(xb, tb) * t["dPad"]
     assert t["chunkRows"] == min(UB_BUDGET // per_row, -(-(28800 // 20) // 2), 4095)
     c = t["cube"]
-    assert c["M"] == c["singleCoreM"] == 2 * t["chunkRows"] and c["N"] == c["Ka"] == d
+    assert c["M"] == c["singleCoreM"] == t["stepRows"] and c["N"] == c["Ka"] == d
+    assert t["stepRows"] % (2 * t["chunkRows"]) == 0
     assert c["baseM"] % 16 == 0 and c["baseN"] % 16 == 0 and c["baseK"] % 8 == 0
     assert (
         c["baseM"] * c["baseK"] * xb * c["dbL0A"] <= 65536
@@ -107,7 +108,10 @@ def test_seed_shape_fields():
         128,
     )
     assert t["ubBytes"] == 36 * 128 * 40 == 184320
-    assert t["headStride"] == 2 * 40 * 128 and t["slotElems"] == 24 * t["headStride"]
+    # a step: 560 rows (7 chunks of 40 per vector core, >= 512 rows per IterateAll), 6 heads (a 1 MiB
+    # slot holds 7; four equal groups)
+    assert (t["stepRows"], t["outerChunk"]) == (560, 6)
+    assert t["headStride"] == 560 * 128 and t["slotElems"] == 6 * t["headStride"]
     assert t["userWorkspace"] == 20 * 2 * t["slotElems"] * 2
     assert t["workspaceBytes"] == (16 << 20) + t["userWorkspace"]
 
@@ -115,8 +119,8 @@ def test_seed_shape_fields():
 def test_bsnd_view():
     t = twin.tiling(2, 41, 12, 128)
     assert (t["outer"], t["s"], t["inner"]) == (2, 41, 12)
-    assert t["headStride"] == 2 * t["chunkRows"] * 12 * 128
-    assert t["cube"]["M"] == 2 * t["chunkRows"] * 12
+    assert t["headStride"] == t["stepRows"] * 12 * 128
+    assert t["cube"]["M"] == t["stepRows"] * 12
 
 
 def test_no_32bit_overflow_beyond_2_pow_31_elements():
@@ -154,7 +158,7 @@ def _heads(t):
 @pytest.mark.parametrize(
     "outer,s,inner,d,x_dtype",
     [
-        (24, 28800, 1, 128, "bfloat16"),  # the seed shape: unchanged, 24 heads per step
+        (24, 28800, 1, 128, "bfloat16"),  # the seed shape: 560 rows x 6 heads per step
         (2048, 1024, 1, 128, "bfloat16"),  # B*N = 2048: 1.06 GiB before the bound
         (1, 28800, 2048, 128, "bfloat16"),  # BSND with many heads: chunk rows shrink
         (1, 64, 8192, 128, "float32"),  # one S row is 4 MiB: the inner heads are split
@@ -171,15 +175,25 @@ def test_workspace_bounded_for_any_shape(outer, s, inner, d, x_dtype):
     assert t["slotElems"] * xb <= SLOT_BYTES
     assert t["userWorkspace"] == t["blockDim"] * 2 * t["slotElems"] * xb <= t["blockDim"] * 2 * SLOT_BYTES
     assert t["workspaceBytes"] <= SYS_WS + t["aicNum"] * (2 << 20)
-    assert t["headStride"] == 2 * t["chunkRows"] * t["innerChunk"] * d
+    assert t["headStride"] == t["stepRows"] * t["innerChunk"] * d
     assert t["slotElems"] == t["outerChunk"] * t["headStride"]
     # one step of the largest head group fits the slot; the matmul's M is that step's rows
-    assert t["cube"]["M"] == 2 * t["chunkRows"] * t["innerChunk"] < 2**31
+    assert t["cube"]["M"] == t["stepRows"] * t["innerChunk"] < 2**31
+    # rows per step: 2 * chunkRows * k, k vector chunks, enough for >= 512 rows per IterateAll when
+    # the slot and the cube core's rows allow; one row per vector core when the inner heads are sliced
+    chunk, cube_max = t["chunkRows"], t["sBase"] + (1 if t["sRem"] else 0)
+    if t["innerChunk"] == inner:
+        by_slot = SLOT_BYTES // xb // (2 * chunk * inner * d)
+        k = max(1, min(-(-512 // (2 * chunk)), by_slot, -(-cube_max // (2 * chunk))))
+    else:
+        k = 1
+    assert t["stepRows"] == 2 * chunk * k
     if outer * inner <= 20000:
         assert len(_heads(t)) == outer * inner
-    # the groups are as large as the slot allows (no needless shrinking)
-    if t["innerChunk"] == inner and t["outerChunk"] < outer:
-        assert (t["outerChunk"] + 1) * t["headStride"] * xb > SLOT_BYTES
+    # as few head groups as the slot allows (no needless shrinking), of equal size but the last
+    if t["innerChunk"] == inner:
+        most = min(outer, SLOT_BYTES // (t["headStride"] * xb))
+        assert -(-outer // t["outerChunk"]) == -(-outer // most)
 
 
 def test_workspace_bound_at_2_pow_31_elements_and_beyond():

@@ -130,13 +130,14 @@ def test_twin_seed_shape_reduced_s():
     assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
     torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
     _check_report(rep, 24 * s)
-    # 2880 rows over 40 vector cores: 72 each, in two steps per cube core.
+    # 2880 rows over 40 vector cores: 72 each, in one step of 144 rows per cube core (two UB chunks
+    # of 40 and 32 rows per vector core).
     assert {c["rows"] for c in rep["cores"] if c["type"] == "AIV"} == {72 * 24}
     # GM traffic (docs/kernel.md): x read by cube and vector, x@y written and read once through
     # the workspace, out written once, every table row read once, y once per IterateAll: the Matmul
-    # API keeps no copy of B in L1 between IterateAll calls (twin/include/twin/matmul_l1.h), and
-    # baseM covers the 80 rows of an IterateAll here, so B is read once in each. Each cube core
-    # runs 2 steps (144 rows in chunks of 80) x 24 heads = 48 IterateAll.
+    # API keeps no copy of B in L1 between IterateAll calls (twin/include/twin/matmul_l1.h), and the
+    # host's depthB1 = 1 keeps it for the whole of one. Each cube core runs 1 step x 24 heads = 24
+    # IterateAll.
     xb = x.numel() * 2
     tot = {}
     for c in rep["cores"]:
@@ -145,7 +146,7 @@ def test_twin_seed_shape_reduced_s():
                 tot[(c["type"], kind, name)] = tot.get((c["type"], kind, name), 0) + n
     assert tot == {
         ("AIC", "gm_read", "x"): xb,
-        ("AIC", "gm_read", "y"): 20 * 2 * 24 * d * d * 2,
+        ("AIC", "gm_read", "y"): 20 * 1 * 24 * d * d * 2,
         ("AIC", "gm_write", "workspace"): xb,
         ("AIV", "gm_read", "x"): xb,
         ("AIV", "gm_read", "workspace"): xb,
@@ -155,25 +156,83 @@ def test_twin_seed_shape_reduced_s():
     }
 
 
-def test_twin_y_read_once_per_m_block_of_each_iterate_all():
-    # With one K block and depthB1 = 2 the Matmul API caches no block of B in L1 (NORMAL cube-in
-    # buffer, "k full load, db on m axis"), so B is read again for every baseM block of M, in every
-    # IterateAll. S = 6400, D = 64: 320 rows per cube core, chunks of 2 * chunkRows rows.
+def _iterate_all_rows(t):
+    # M of each IterateAll of a cube core: its rows in steps of stepRows, times the heads per step.
+    rows, ms = t["sBase"], []
+    while rows > 0:
+        ms.append(min(rows, t["stepRows"]) * t["innerChunk"])
+        rows -= min(rows, t["stepRows"])
+    return ms * (t["outer"] * -(-t["inner"] // t["innerChunk"]))
+
+
+@pytest.mark.parametrize("depth_b1", [None, 2])
+def test_twin_y_reads_per_iterate_all(depth_b1):
+    # One K block of y (baseK = D). With the host's depthB1 = 1 the Matmul API's NORMAL cube-in
+    # buffer keeps y in L1 for the whole IterateAll ("k full load"): one read per IterateAll. With
+    # depthB1 = 2 it double-buffers over M and caches nothing ("k full load, db on m axis"): y is
+    # read again for every baseM block of M. S = 6400, D = 64: 320 rows per cube core.
     g = torch.Generator().manual_seed(3)
     s, d = 6400, 64
     t = twin.tiling(1, s, 1, d)
-    base_m, rows = t["cube"]["baseM"], t["sBase"]
-    assert t["cube"]["depthB1"] == 2 and t["cube"]["baseK"] == d and t["sRem"] == 0
-    ms = [min(2 * t["chunkRows"], rows - r) for r in range(0, rows, 2 * t["chunkRows"])]
+    base_m = t["cube"]["baseM"]
+    assert t["cube"]["depthB1"] == 1 and t["cube"]["baseK"] == d and t["sRem"] == 0
+    ms = _iterate_all_rows(t)
     assert any(m > base_m for m in ms)  # the case under test: more than one M block per IterateAll
     x = torch.randn(1, 1, s, d, generator=g).to(torch.bfloat16)
     y = mode_matrix("half", [d], dtype=torch.bfloat16)
     sin = torch.randn(s, d, generator=g).to(torch.bfloat16)
     cos = torch.randn(s, d, generator=g).to(torch.bfloat16)
-    out, rep = twin.run(x, y, sin, cos, kernel="mix")
+    patch = {} if depth_b1 is None else {"cube.depthB1": depth_b1}
+    out, rep = twin._run(x, y, sin, cos, soc="Ascend910B3", tiling_patch=patch, kernel="mix")
     assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
-    per_cube = sum(-(-m // base_m) for m in ms) * d * d * 2
-    assert [c["gm_read"]["y"] for c in rep["cores"] if c["type"] == "AIC"] == [per_cube] * t["blockDim"]
+    reads = len(ms) if depth_b1 is None else sum(-(-m // base_m) for m in ms)
+    assert [c["gm_read"]["y"] for c in rep["cores"] if c["type"] == "AIC"] == [reads * d * d * 2] * t["blockDim"]
+
+
+@pytest.mark.parametrize(
+    "layout,bn,s,d,expect",
+    [
+        # 200 rows per cube core: one step of 240 rows, 3 UB chunks per vector core, 2 groups of 10
+        ("bnsd", 20, 4000, 128, {"chunkRows": 40, "stepRows": 240, "outerChunk": 10}),
+        # 600 rows per cube core: steps of 560 and 40 rows, groups of 7, 7 and 6 heads
+        ("bnsd", 20, 12000, 128, {"chunkRows": 40, "stepRows": 560, "outerChunk": 7}),
+        # BSND, 3 inner heads: one step of 324 rows, chunks of 81 and 19 rows per vector core
+        ("bsnd", 3, 4000, 64, {"chunkRows": 81, "stepRows": 324, "innerChunk": 3}),
+    ],
+)
+def test_twin_steps_of_several_chunks(layout, bn, s, d, expect):
+    # A step spans several UB chunks of each vector core (the timing model's change, docs/kernel.md):
+    # bit-exact with the CPU kernel, and the tables are read once per step or once per head group and
+    # chunk.
+    g = torch.Generator().manual_seed(7)
+    shape = (1, bn, s, d) if layout == "bnsd" else (1, s, bn, d)
+    x = torch.randn(shape, generator=g).to(torch.bfloat16)
+    y = mode_matrix("half", [d], dtype=torch.bfloat16)
+    tshape = _table_shape(layout, 1, s, d)
+    sin = torch.randn(tshape, generator=g).to(torch.bfloat16)
+    cos = torch.randn(tshape, generator=g).to(torch.bfloat16)
+    out, rep = twin.run(x, y, sin, cos, kernel="mix")
+    t = rep["tiling"]
+    for k, v in expect.items():
+        assert t[k] == v, (k, t)
+    assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
+    _check_report(rep, x.numel() // x.shape[-1])
+    groups = -(-t["outer"] // t["outerChunk"]) * -(-t["inner"] // t["innerChunk"])
+    heads = t["outer"] * t["inner"]  # a core's "rows" count x rows of D elements over all heads
+    for c in rep["cores"]:
+        if c["type"] != "AIC":
+            continue
+        rows, step_rows = c["rows"] // heads, []
+        while rows > 0:
+            step_rows.append(min(rows, t["stepRows"]))
+            rows -= step_rows[-1]
+        for sub in (0, 1):
+            v = next(a for a in rep["cores"] if a["type"] == "AIV" and a["block"] == c["block"] and a["sub"] == sub)
+            assert v["flags_waited"] == len(step_rows) * groups
+            halves = [(n + 1) // 2 if sub == 0 else n // 2 for n in step_rows]
+            # one load per step when the core's half is one chunk, else one per chunk and group
+            rows_read = sum(h * (groups if h > t["chunkRows"] else 1) for h in halves)
+            assert v["gm_read"].get("sin", 0) == rows_read * d * 2
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])

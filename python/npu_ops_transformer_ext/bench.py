@@ -17,6 +17,9 @@ Providers (each computes the same result for the given mode):
     limit, limit_qk  the memory limit for x's (q + k's) bytes: a native copy with the tables read
                   once (sweep.py); the ``/limit`` column divides by it
     --sweep       runs ``python -m npu_ops_transformer_ext.sweep`` with the other options instead
+    --npu-model   prints the twin's predicted NPU times instead (every mode x {perm, MIX}, the seed
+                  shape by default, beside the seed's measured 910B rows; see npu_model.py and its
+                  --help)
 
 Prints a table and writes a long-format CSV (one row per mode and provider): median and p20/p80
 in ms, achieved GB/s (x read + output written + tables read once), ratios to ``clone`` and
@@ -210,6 +213,10 @@ def main(argv: Sequence[str] | None = None) -> object:
     args = sys.argv[1:] if argv is None else list(argv)
     if "--sweep" in args:  # the size sweep against the memory limit (sweep.py has its own options)
         return sweep.main([v for v in args if v != "--sweep"])
+    if "--npu-model" in args:  # the twin's timing model (npu_model.py has its own options)
+        from . import npu_model
+
+        return npu_model.main([v for v in args if v != "--npu-model"])
     ap = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.bench",
         description=__doc__,
@@ -231,6 +238,8 @@ def main(argv: Sequence[str] | None = None) -> object:
     ap.add_argument("--sweep", action="store_true",
                     help="run python -m npu_ops_transformer_ext.sweep with the other options instead "
                     "(see its --help)")
+    ap.add_argument("--npu-model", action="store_true",
+                    help="print the CPU twin's predicted NPU times instead (see --npu-model --help)")
     a = ap.parse_args(args)
     if a.threads:
         torch.set_num_threads(a.threads)

@@ -27,7 +27,7 @@ import torch
 
 from . import _twin
 
-__all__ = ["SOCS", "TwinError", "perm_tiling", "run", "tiling"]
+__all__ = ["SOCS", "TwinError", "perm_tiling", "run", "tiling", "timing_params"]
 
 #: SoCs whose core counts the twin knows (cube cores, vector cores).
 SOCS = {
@@ -62,6 +62,9 @@ def run(
     soc: str = "Ascend910B3",
     max_block_dim: int = 0,
     kernel: str | None = None,
+    timeline: bool = False,
+    trace: str | None = None,
+    timing_params: dict[str, float] | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Runs ``rope_matrix(x, y, sin, cos)`` on the CPU twin of the NPU kernel.
 
@@ -88,6 +91,10 @@ def run(
         ``flags_waited``, ``flags_left`` (flag id -> counter at kernel end, where non-zero: the
         generated launch wrapper's flag 15 on the vector cores of a MIX kernel) and ``rows`` (x rows
         multiplied by a cube core / written by a vector core).
+        With ``timeline``: ``report["timeline"]`` holds ``predicted_us`` (launch overhead +
+        ``makespan_us``, the end of the last core's last pipe), ``bytes`` (``hbm_read``,
+        ``hbm_write``, ``l2_read``, ``l2_write`` over all cores), ``params`` (the parameters used) and
+        per core ``name``, ``busy_us`` (per pipe), ``end_us`` and ``bytes``.
 
     Raises:
         TwinError: the kernel broke a hardware rule (see the exception's ``rule`` and ``core``).
@@ -95,7 +102,16 @@ def run(
     """
     if kernel is not None and kernel not in ("auto", "mix", "perm"):
         raise ValueError(f"kernel must be 'auto', 'mix' or 'perm' (or None for NPU_OPS_NPU_KERNEL), got {kernel!r}")
-    return _run(x, y, sin, cos, soc=soc, max_block_dim=max_block_dim, kernel=kernel or "")
+    if trace and not timeline:
+        raise ValueError("trace= needs timeline=True")
+    return _run(x, y, sin, cos, soc=soc, max_block_dim=max_block_dim, kernel=kernel or "", timeline=timeline,
+                trace=trace, timing_params=timing_params)
+
+
+def timing_params() -> dict[str, float]:
+    """The timing model's hardware parameters (twin/include/twin/timing_params.h, where each one
+    cites its source)."""
+    return _twin.timing_params()
 
 
 def tiling(
@@ -134,12 +150,12 @@ def perm_tiling(
 
 def _run(
     x, y, sin, cos, *, soc, max_block_dim=0, variant="", tiling_patch=None, op_limit=0, slot_bytes=0,
-    kernel="",
+    kernel="", timeline=False, trace=None, timing_params=None,
 ):
     # variant / tiling_patch / op_limit / slot_bytes exist for the twin's own tests only.
     r = _twin.run(
         x, y, sin, cos, soc, max_block_dim, variant, tiling_patch or {}, op_limit,
-        slot_bytes or _twin.SLOT_BYTES, kernel,
+        slot_bytes or _twin.SLOT_BYTES, kernel, timeline, trace or "", timing_params or {},
     )
     if "error" in r:
         e = r["error"]

@@ -17,6 +17,7 @@
 #include "tiling/tiling_api.h"
 #include "twin/core.h"
 #include "twin/kernel_wrapper.h"
+#include "twin/timing.h"
 #include "validation/rope_matrix_validate.h"
 
 namespace py = pybind11;
@@ -57,6 +58,7 @@ TEST_ONLY(test_only_probe_workspace_argument)
 TEST_ONLY(test_only_matmul_without_mte2_mte1_wait)
 TEST_ONLY(test_only_matmul_without_mte1_m_wait)
 TEST_ONLY(test_only_matmul_without_m_fix_wait)
+TEST_ONLY(test_only_original_schedule)
 #undef TEST_ONLY
 
 namespace {
@@ -127,13 +129,14 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_matmul_without_mte2_mte1_wait", test_only_matmul_without_mte2_mte1_wait},
       {"test_only_matmul_without_mte1_m_wait", test_only_matmul_without_mte1_m_wait},
       {"test_only_matmul_without_m_fix_wait", test_only_matmul_without_m_fix_wait},
+      {"test_only_original_schedule", test_only_original_schedule},
   };
   return k;
 }
 
 #define TILING_FIELDS(X)                                                                                   \
   X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(outer) X(s) X(inner) \
-      X(sBase) X(sRem) X(outerChunk) X(innerChunk) X(headStride) X(slotElems) X(userWorkspace)
+      X(sBase) X(sRem) X(outerChunk) X(innerChunk) X(stepRows) X(headStride) X(slotElems) X(userWorkspace)
 
 #define PERM_TILING_FIELDS(X)                                                                                 \
   X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(sCores) X(oGroups) \
@@ -159,6 +162,7 @@ py::dict tiling_dict(const rope_matrix::RopeMatrixTiling& t) {
 void patch_tiling(rope_matrix::RopeMatrixTiling& t, const py::dict& patch) {
   for (auto item : patch) {
     const std::string k = py::cast<std::string>(item.first);
+    if (k.rfind("cube.", 0) == 0) continue;  // the Matmul tiling's fields: patch_cube_tiling
     const uint64_t v = py::cast<uint64_t>(item.second);
     bool found = false;
 #define X(f)                                   \
@@ -169,6 +173,20 @@ void patch_tiling(rope_matrix::RopeMatrixTiling& t, const py::dict& patch) {
     TILING_FIELDS(X)
 #undef X
     if (!found) throw py::key_error("unknown tiling field '" + k + "'");
+  }
+}
+
+// TEST-ONLY: overwrite fields of the packed Matmul tiling (keys "cube.<field>"), after the host
+// computed it, to run the Matmul model on tilings the host does not choose.
+void patch_cube_tiling(std::vector<uint8_t>& packed, const py::dict& patch) {
+  static const std::map<std::string, size_t> fields = {{"cube.depthB1", offsetof(TCubeTiling, depthB1)}};
+  for (auto item : patch) {
+    const std::string k = py::cast<std::string>(item.first);
+    if (k.rfind("cube.", 0) != 0) continue;
+    auto it = fields.find(k);
+    if (it == fields.end()) throw py::key_error("unknown Matmul tiling field '" + k + "' (patchable: cube.depthB1)");
+    const int32_t v = py::cast<int32_t>(item.second);
+    std::memcpy(packed.data() + sizeof(rope_matrix::RopeMatrixTiling) + it->second, &v, sizeof(v));
   }
 }
 
@@ -235,10 +253,166 @@ py::dict perm_tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, 
   });
 }
 
+#define HW_PARAMS(X)                                                                                           \
+  X(clock_ghz) X(launch_us) X(hbm_gbps) X(l2_bytes) X(l2_gbps) X(l2_line) X(mte_latency_cycles)               \
+      X(mte_core_bytes_per_cycle) X(vec_bytes_per_cycle) X(gather_elems_per_cycle) X(vec_fixed_cycles)          \
+      X(scalar_cycles) X(cube_macs_half) X(cube_macs_float) X(l0a_bytes_per_cycle) X(l0b_bytes_per_cycle)       \
+      X(fix_bytes_per_cycle) X(matmul_fixed_cycles) X(flag_latency_cycles)
+
+py::dict params_dict(const twin::timing::HwParams& p) {
+  py::dict d;
+#define X(f) d[#f] = p.f;
+  HW_PARAMS(X)
+#undef X
+  return d;
+}
+
+// Overrides timing parameters by name (sensitivity studies and the scheduler's tests).
+void set_params(twin::timing::HwParams& p, const py::dict& patch) {
+  for (auto item : patch) {
+    const std::string k = py::cast<std::string>(item.first);
+    const double v = py::cast<double>(item.second);
+    bool found = false;
+#define X(f)     \
+  if (k == #f) { \
+    p.f = v;     \
+    found = true; \
+  }
+    HW_PARAMS(X)
+#undef X
+    if (!found) throw py::key_error("unknown timing parameter '" + k + "'");
+  }
+}
+
+py::dict timeline_dict(const std::vector<std::string>& names, const twin::timing::Result& r,
+                       const twin::timing::HwParams& hw) {
+  py::list cores;
+  uint64_t tot[4] = {};
+  for (size_t i = 0; i < r.cores.size(); ++i) {
+    const auto& c = r.cores[i];
+    py::dict d, busy, bytes;
+    d["name"] = names[i];
+    for (int p = 0; p < twin::kPipes; ++p) {
+      if (c.busy_ns[p] > 0) busy[py::str(twin::pipe_name(p))] = c.busy_ns[p] / 1000.0;
+    }
+    d["busy_us"] = busy;
+    d["end_us"] = c.end_ns / 1000.0;
+    bytes["hbm_read"] = c.hbm_read;
+    bytes["hbm_write"] = c.hbm_write;
+    bytes["l2_read"] = c.l2_read;
+    bytes["l2_write"] = c.l2_write;
+    d["bytes"] = bytes;
+    tot[0] += c.hbm_read;
+    tot[1] += c.hbm_write;
+    tot[2] += c.l2_read;
+    tot[3] += c.l2_write;
+    cores.append(d);
+  }
+  py::dict t, bytes;
+  bytes["hbm_read"] = tot[0];
+  bytes["hbm_write"] = tot[1];
+  bytes["l2_read"] = tot[2];
+  bytes["l2_write"] = tot[3];
+  t["predicted_us"] = r.predicted_us;
+  t["makespan_us"] = r.makespan_ns / 1000.0;
+  t["launch_us"] = hw.launch_us;
+  t["bytes"] = bytes;
+  t["cores"] = cores;
+  t["params"] = params_dict(hw);
+  return t;
+}
+
+py::dict timeline_dict(const std::vector<twin::CoreStats>& stats, const twin::timing::Result& r,
+                       const twin::timing::HwParams& hw) {
+  std::vector<std::string> names;
+  for (const auto& s : stats) names.push_back(s.name);
+  return timeline_dict(names, r, hw);
+}
+
+// The scheduler on a hand-made record (tests): `cores` is a list of dicts {name, aic, ins, sets,
+// waits}; an instruction is {pipe, kind ("vector", "scalar", "mte"), ub_bytes, cycles, cap,
+// gm: [(region, write, off, bytes)], deps: {pipe: count}}, gated by the waits before it (`gate`);
+// a set is (pipe, after, gate), a wait (slot, flag, nth); `increments` lists (slot, flag,
+// [(core, set)]). Slot i belongs to core i.
+py::dict schedule_py(const py::list& cores, const py::list& increments, const py::dict& timing_params,
+                     const std::string& trace_path) {
+  twin::timing::Recorder rec;
+  set_params(rec.params, timing_params);
+  const size_t n = cores.size();
+  rec.cores.resize(n);
+  rec.slot_core.resize(n);
+  rec.by_slot_flag.assign(n, std::vector<std::vector<int>>(twin::kFlagIds));
+  std::vector<std::string> names;
+  for (size_t i = 0; i < n; ++i) {
+    const py::dict c = cores[i].cast<py::dict>();
+    twin::timing::CoreTrace& t = rec.cores[i];
+    t.name = c["name"].cast<std::string>();
+    names.push_back(t.name);
+    t.aic = c.contains("aic") && c["aic"].cast<bool>();
+    rec.slot_core[i] = static_cast<int>(i);
+    for (auto h : c["ins"].cast<py::list>()) {
+      const py::dict d = h.cast<py::dict>();
+      twin::timing::Instr in;
+      in.pipe = static_cast<uint8_t>(d["pipe"].cast<int>());
+      const std::string kind = d["kind"].cast<std::string>();
+      in.kind = kind == "mte" ? twin::timing::Kind::Mte : kind == "scalar" ? twin::timing::Kind::Scalar
+                                                                            : twin::timing::Kind::Vector;
+      in.api = kind == "mte" ? "mte" : kind == "scalar" ? "scalar" : "vector";
+      if (d.contains("ub_bytes")) in.ub_bytes = d["ub_bytes"].cast<uint64_t>();
+      if (d.contains("cycles")) in.cycles = d["cycles"].cast<double>();
+      in.cap = d.contains("cap") ? d["cap"].cast<double>() : rec.params.mte_core_bytes_per_cycle;
+      if (d.contains("gate")) in.gate = d["gate"].cast<uint32_t>();
+      if (d.contains("gm")) {
+        for (auto g : d["gm"].cast<py::list>()) {
+          auto tpl = g.cast<py::tuple>();
+          in.gm.push_back({tpl[0].cast<uint32_t>(), tpl[1].cast<bool>(), tpl[2].cast<uint64_t>(), tpl[3].cast<uint64_t>()});
+        }
+      }
+      if (d.contains("deps")) {
+        for (auto kv : d["deps"].cast<py::dict>()) in.deps[kv.first.cast<int>()] = kv.second.cast<uint32_t>();
+      }
+      in.deps[in.pipe] = t.issued[in.pipe]++;
+      t.ins.push_back(std::move(in));
+    }
+    if (c.contains("sets")) {
+      for (auto s : c["sets"].cast<py::list>()) {
+        auto tpl = s.cast<py::tuple>();
+        t.sets.push_back({tpl[0].cast<int>(), tpl[1].cast<uint32_t>(), tpl[2].cast<uint32_t>()});
+      }
+    }
+    if (c.contains("waits")) {
+      for (auto w : c["waits"].cast<py::list>()) {
+        auto tpl = w.cast<py::tuple>();
+        t.waits.push_back({tpl[0].cast<int>(), tpl[1].cast<int>(), tpl[2].cast<uint32_t>()});
+      }
+    }
+  }
+  for (auto h : increments) {
+    auto tpl = h.cast<py::tuple>();
+    twin::timing::Recorder::Increment inc;
+    inc.slot = tpl[0].cast<int>();
+    inc.flag = tpl[1].cast<int>();
+    for (auto k : tpl[2].cast<py::list>()) {
+      auto kt = k.cast<py::tuple>();
+      inc.causes.push_back({kt[0].cast<int>(), kt[1].cast<int>()});
+    }
+    rec.by_slot_flag[inc.slot][inc.flag].push_back(static_cast<int>(rec.increments.size()));
+    rec.increments.push_back(std::move(inc));
+  }
+  twin::timing::Result r = host_call([&] { return twin::timing::schedule(rec, true); });
+  if (!trace_path.empty()) twin::timing::write_chrome_trace(rec, r, trace_path);
+  py::dict d = timeline_dict(names, r, rec.params);
+  py::list starts;
+  for (const auto& sp : r.spans) starts.append(py::make_tuple(sp.core, sp.pipe, sp.start, sp.end));
+  d["spans_ns"] = starts;
+  return d;
+}
+
 // Runs one launch. Returns {"out": Tensor, "report": dict} or {"error": {...}} on a violation.
 py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin, const at::Tensor& cos,
                 const std::string& soc, uint32_t max_block_dim, const std::string& variant, const py::dict& patch,
-                uint64_t op_limit, uint64_t slot_bytes, const std::string& kernel) {
+                uint64_t op_limit, uint64_t slot_bytes, const std::string& kernel, bool timeline,
+                const std::string& trace_path, const py::dict& timing_params) {
   const auto in = npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x, y, sin, cos);
   TORCH_CHECK_VALUE(x.device().is_cpu(), "twin.run: tensors must be on the CPU, got ", x.device());
   rope_matrix::PreparedCall c = rope_matrix::prepare_call("rope_matrix", x, in.mat, in.sin, in.cos);
@@ -263,6 +437,7 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
   const bool perm = plan.kind == rope_matrix::NpuKernel::PERM;
   const rope_matrix::RopeMatrixTiling& t = plan.mix;
   std::vector<uint8_t>& packed = plan.tiling;
+  if (!perm) patch_cube_tiling(packed, patch);
 
   KernelFn fn = nullptr;
   if (variant.empty()) {
@@ -275,7 +450,22 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
 
   // Workspace: system part + user part, filled with 0xFF (bf16/fp16 NaN) so that reading a slot
   // before the cube wrote it shows up as NaN in the output.
-  const uint64_t ws_bytes = plan.workspaceBytes;
+  uint64_t ws_bytes = plan.workspaceBytes;
+  if (variant == "test_only_original_schedule") {
+    // The original's full-size workspace and one IterateAll per head of all of a cube core's rows.
+    if (c.problem.xType != rope_matrix::DType::BF16 || c.problem.tableBytes != 2) {
+      throw py::value_error("test_only_original_schedule runs bf16 x with bf16 tables only");
+    }
+    rope_matrix::RopeMatrixTiling whole = t;
+    whole.innerChunk = t.inner;
+    whole.stepRows = t.sBase + 1;
+    packed = rope_matrix::pack_tiling(t, host_call([&] {
+      return rope_matrix::compute_matmul_tiling(whole, c.problem.xType, tp.ascendc);
+    }));
+    ws_bytes = rope_matrix::kSysWorkspace + static_cast<uint64_t>(c.x.numel()) * 2;
+  }
+  twin::timing::HwParams hw;
+  set_params(hw, timing_params);
   // 16 MiB more are reserved (never touched, never registered) so that no other allocation lies
   // where a kernel that skips the system part twice would point (rule `workspace-offset`).
   std::unique_ptr<uint8_t[]> ws(new uint8_t[ws_bytes + rope_matrix::kSysWorkspace]);
@@ -287,6 +477,7 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
   py::dict err;
   std::vector<twin::CoreStats> stats;
   std::vector<std::map<int, int>> flags_left;  // per core: flag -> counter left at kernel end (when non-zero)
+  twin::timing::Result timing;
   int out_region = -1;
   std::vector<uint8_t> coverage_minmax(2, 0);
   {
@@ -308,6 +499,7 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
       L.add_region("tiling", packed.data(), packed.size());
       L.set_workspace(ws.get(), ws_bytes);
       if (op_limit) L.set_op_limit(op_limit);
+      if (timeline) L.enable_timing(hw);
       // Each core runs the code ascendc_library generates around the kernel (twin/kernel_wrapper.h): the
       // kernel receives the user workspace.
       L.run([&] {
@@ -323,6 +515,11 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
           if (L.flag_counter(slot, f)) left[f] = L.flag_counter(slot, f);
         }
         flags_left.push_back(left);
+      }
+      if (timeline) {
+        timing = twin::timing::schedule(*L.timing(), !trace_path.empty());
+        if (!trace_path.empty()) twin::timing::write_chrome_trace(*L.timing(), timing, trace_path);
+        timing.spans.clear();
       }
       const auto& r = L.region(out_region);
       uint8_t lo = 255, hi = 0;
@@ -386,6 +583,7 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
   report["cores"] = cores;
   report["out_write_count_min"] = coverage_minmax[0];
   report["out_write_count_max"] = coverage_minmax[1];
+  if (timeline) report["timeline"] = timeline_dict(stats, timing, hw);
   result["out"] = out.view(x.sizes());
   result["report"] = report;
   return result;
@@ -397,7 +595,11 @@ PYBIND11_MODULE(_twin, m) {
   m.doc() = "CPU twin of the rope_matrix Ascend C kernel (see npu_ops_transformer_ext.twin)";
   m.def("run", &run_py, py::arg("x"), py::arg("y"), py::arg("sin"), py::arg("cos"), py::arg("soc"),
         py::arg("max_block_dim") = 0, py::arg("variant") = "", py::arg("tiling_patch") = py::dict(),
-        py::arg("op_limit") = 0, py::arg("slot_bytes") = rope_matrix::kSlotBytes, py::arg("kernel") = "");
+        py::arg("op_limit") = 0, py::arg("slot_bytes") = rope_matrix::kSlotBytes, py::arg("kernel") = "",
+        py::arg("timeline") = false, py::arg("trace_path") = "", py::arg("timing_params") = py::dict());
+  m.def("timing_params", [] { return params_dict(twin::timing::HwParams{}); });
+  m.def("timing_schedule", &schedule_py, py::arg("cores"), py::arg("increments"), py::arg("timing_params") = py::dict(),
+        py::arg("trace_path") = "");
   m.def("perm_tiling", &perm_tiling_py, py::arg("outer"), py::arg("s"), py::arg("inner"), py::arg("d"),
         py::arg("x_dtype") = "bfloat16", py::arg("table_dtype") = "bfloat16", py::arg("soc") = "Ascend910B3",
         py::arg("max_block_dim") = 0);

@@ -44,6 +44,7 @@ void tick() {
   Launch& l = launch();
   if (l.aborted.load(std::memory_order_relaxed)) throw Abort();
   CoreCtx& c = *t_core;
+  if (c.pipes.trace) c.pipes.trace->on_api_entry();
   if (++c.stats->ops > l.op_limit()) {
     fail("runaway", str("more than ", l.op_limit(),
                         " API calls on one core: the kernel loops (far) more than any tiling asks for"));
@@ -95,6 +96,7 @@ void Launch::record_gm(int region, bool write, uint64_t off, uint64_t bytes) {
   GmRegion& r = *regions_[region];
   auto& t = c.stats->gm[r.name];
   (write ? t.write : t.read) += bytes;
+  if (c.pipes.trace) c.pipes.trace->on_gm(region, write, off, bytes);
   if (r.published) {
     // GM <-> workspace traffic runs on: the cube's FixPipe (L0C -> GM), MTE2 (GM -> L1/UB), MTE3 (UB -> GM).
     const int pipe = write ? (c.type == CoreType::AIC ? kPipeFix : kPipeMte3) : kPipeMte2;
@@ -173,6 +175,22 @@ void Launch::run(const std::function<void()>& body) {
     ctxs_.push_back(c.get());
     ctxs.push_back(std::move(c));
   }
+  if (timing_) {
+    timing_->cores.assign(specs.size(), {});
+    timing_->slot_core.assign(3 * B, -1);
+    timing_->by_slot_flag.assign(3 * B, std::vector<std::vector<int>>(kFlagIds));
+    timing_->waits_seen.assign(3 * B, std::vector<uint32_t>(kFlagIds, 0));
+    for (size_t i = 0; i < specs.size(); ++i) {
+      timing::CoreTrace& t = timing_->cores[i];
+      t.name = ctxs[i]->name;
+      t.aic = ctxs[i]->type == CoreType::AIC;
+      t.params = &timing_->params;
+      ctxs[i]->pipes.trace = &t;
+      timing_->slot_core[ctxs[i]->slot] = static_cast<int>(i);
+    }
+  }
+  pending_causes_.assign(2 * B, {});
+  arrival_causes_.assign(2 * B + 2, {});
   live_ = static_cast<int>(specs.size());
   waiting_ = 0;
   std::vector<std::thread> threads;
@@ -280,6 +298,14 @@ void Launch::cross_set(int mode, int flag, int pipe) {
   if (aborted) throw Abort();
   c.stats->flags_set++;
   const int B = block_dim_;
+  const int me = static_cast<int>(c.stats - stats_.data());
+  timing::Cause my_cause{me, -1};
+  if (timing_) {
+    timing::CoreTrace& tr = timing_->cores[me];
+    tr.sets.push_back({pipe, pipe >= 0 ? tr.issued[pipe] : 0u, static_cast<uint32_t>(tr.waits.size())});
+    my_cause.second = static_cast<int>(tr.sets.size()) - 1;
+  }
+  cur_causes_.assign(1, my_cause);
   auto bump = [&](int slot) {
     int& v = counters_[slot][flag];
     if (v + 1 > static_cast<int>(kFlagCounterMax)) {
@@ -288,6 +314,10 @@ void Launch::cross_set(int mode, int flag, int pipe) {
                                         " (", v, " pending sets without a wait)"));
     }
     ++v;
+    if (timing_) {
+      timing_->by_slot_flag[slot][flag].push_back(static_cast<int>(timing_->increments.size()));
+      timing_->increments.push_back({slot, flag, cur_causes_});
+    }
   };
   const bool pair = kind_ == KernelKind::MIX_AIC_1_2;
   // A vector core's set in mode 1/2: pending until the other vector core of the block has set too.
@@ -299,9 +329,14 @@ void Launch::cross_set(int mode, int flag, int pipe) {
                                         " times while the other vector core of block ", c.block, " did not"));
     }
     ++p[c.sub];
+    auto& pc = pending_causes_[group][flag];
+    pc[c.sub].push_back(my_cause);
     if (p[0] > 0 && p[1] > 0) {
       --p[0];
       --p[1];
+      cur_causes_ = {pc[0].front(), pc[1].front()};
+      pc[0].pop_front();
+      pc[1].pop_front();
       release();
     }
   };
@@ -321,8 +356,12 @@ void Launch::cross_set(int mode, int flag, int pipe) {
     const bool aic = c.type == CoreType::AIC;
     int& a = arrivals_[2 * B + (aic ? 0 : 1)][flag];
     const int n = aic ? B : B * (pair ? 2 : 1);
+    auto& ac = arrival_causes_[2 * B + (aic ? 0 : 1)][flag];
+    ac.push_back(my_cause);
     if (++a == n) {
       a = 0;
+      cur_causes_.swap(ac);
+      ac.clear();
       for (auto* other : ctxs_) {
         if (other->type == c.type) bump(other->slot);
       }
@@ -371,6 +410,10 @@ void Launch::cross_wait(int flag) {
   if (aborted) throw Abort();
   --v;
   c.stats->flags_waited++;
+  if (timing_) {
+    uint32_t& n = timing_->waits_seen[c.slot][flag];
+    timing_->cores[c.stats - stats_.data()].waits.push_back({c.slot, flag, n++});
+  }
 }
 
 void Launch::finish_checks() {
@@ -449,6 +492,7 @@ void PipeModel::access_in(std::vector<UbShadow>& shadow, const char* mem, int q,
   const uint32_t e = vc[q][q];
   const VClock& seen = vc[q];
   const char* api = cur_api[q];
+  if (trace) trace->on_ub(q, bytes, write);
   for (uint64_t b = b0; b < b1; ++b) {
     UbShadow& s = shadow[b];
     if (s.w_epoch && s.w_pipe != q && s.w_epoch > seen[s.w_pipe]) {

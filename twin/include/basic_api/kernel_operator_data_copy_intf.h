@@ -161,4 +161,29 @@ __aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>&
   std::memmove(dst.defs(), src.defs(), bytes);
 }
 
+// UB -> UB strided copy: blockCount blocks of blockLen 32-byte units, each followed by srcStride
+// (source) and dstStride (destination) 32-byte units of gap; bit for bit, on the vector pipe.
+template <typename T>
+__aicore__ inline void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p) {
+  ::twin::tick();
+  const char* api = "DataCopy(UB->UB, params)";
+  ::twin::require_aiv(api);
+  ::twin::check_copy_params(api, p.blockCount);
+  if (p.blockCount == 0 || p.blockLen == 0) return;
+  const uint64_t blen = p.blockLen * 32ull, sPitch = blen + p.srcStride * 32ull, dPitch = blen + p.dstStride * 32ull;
+  const uint64_t sSpan = (p.blockCount - 1) * sPitch + blen, dSpan = (p.blockCount - 1) * dPitch + blen;
+  src.check(sSpan / sizeof(T), ::twin::Role::VecRead, api);
+  dst.check(dSpan / sizeof(T), ::twin::Role::VecWrite, api);
+  ::twin::check_overlap(api, dst.off_, dSpan, src.off_, sSpan, false);
+  ::twin::issue(::twin::kPipeV, api);
+  auto* d = reinterpret_cast<uint8_t*>(dst.ptr());
+  const auto* s = reinterpret_cast<const uint8_t*>(src.ptr());
+  for (uint32_t i = 0; i < p.blockCount; ++i) {
+    src.touch(::twin::kPipeV, i * sPitch, blen, false);
+    dst.touch(::twin::kPipeV, i * dPitch, blen, true);
+    std::memcpy(d + i * dPitch, s + i * sPitch, blen);
+    std::memcpy(dst.defs() + i * dPitch, src.defs() + i * sPitch, blen);
+  }
+}
+
 }  // namespace AscendC

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "twin/hazard.h"
+#include "twin/timing.h"
 
 namespace twin {
 
@@ -147,6 +149,12 @@ class Launch {
   uint8_t* workspace() const { return ws_base_; }
   uint64_t workspace_bytes() const { return ws_bytes_; }
   void set_op_limit(uint64_t n) { op_limit_ = n; }
+  // Records every core's instructions and flags for the timing model (twin/timing.h); call before run.
+  void enable_timing(const timing::HwParams& p) {
+    timing_ = std::make_unique<timing::Recorder>();
+    timing_->params = p;
+  }
+  const timing::Recorder* timing() const { return timing_.get(); }
 
   // Runs `body` on every simulated core; returns normally or throws the first Violation.
   void run(const std::function<void()>& body);
@@ -199,6 +207,12 @@ class Launch {
   std::vector<std::array<std::array<int, 2>, kFlagIds>> pending_;
   std::vector<int> waiting_on_;                       // per slot: flag id or -1
   std::vector<std::array<int, kFlagIds>> residual_;  // per slot: counts library_notify leaves at kernel end
+  // timing model: the record, the sets behind the increment being made, and the sets still
+  // waiting for their partner (mode 1/2 pairs, per group/flag/sub) or for all cores (mode 0)
+  std::unique_ptr<timing::Recorder> timing_;
+  std::vector<timing::Cause> cur_causes_;
+  std::vector<std::array<std::array<std::deque<timing::Cause>, 2>, kFlagIds>> pending_causes_;
+  std::vector<std::array<std::vector<timing::Cause>, kFlagIds>> arrival_causes_;
   std::unique_ptr<Violation> first_;
 };
 

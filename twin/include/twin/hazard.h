@@ -25,6 +25,11 @@ constexpr int kPipeS = 0, kPipeV = 1, kPipeM = 2, kPipeMte1 = 3, kPipeAll = 6;
 constexpr int kCubeMems = 4, kL1 = 0, kL0A = 1, kL0B = 2, kL0C = 3;  // PipeModel::cube
 using VClock = std::array<uint32_t, kPipes>;
 
+namespace timing {
+struct CoreTrace;  // twin/timing.h: the core's record for the timing model
+void on_issue(CoreTrace* trace, int pipe, const char* api, const VClock& vc);
+}  // namespace timing
+
 struct UbShadow {  // one 32-byte UB block
   uint32_t w_epoch = 0;
   uint8_t w_pipe = 0;
@@ -49,11 +54,13 @@ struct PipeModel {
   std::vector<UbShadow> ub;  // grown on demand, one entry per 32-byte block
   std::vector<UbShadow> cube[kCubeMems];  // L1, L0A, L0B, L0C of a cube core, as `ub`
   const char* cur_api[kPipes] = {};
+  timing::CoreTrace* trace = nullptr;  // set when the launch records timing
 
   // Starts an instruction on `pipe` (its accesses follow).
   void issue(int pipe, const char* api) {
     ++vc[pipe][pipe];
     cur_api[pipe] = api;
+    if (trace) timing::on_issue(trace, pipe, api, vc[pipe]);
   }
   // Records an access of the current instruction of `pipe`; fails with `pipe-race` on a conflict.
   void access(int pipe, uint64_t off, uint64_t bytes, bool write);

@@ -1,0 +1,169 @@
+"""The twin's predicted NPU times, next to the seed's measured 910B figures.
+
+    python -m npu_ops_transformer_ext.bench --npu-model                  # the seed shape, every mode
+    python -m npu_ops_transformer_ext.bench --npu-model --shape 1,24,4096,128 --modes half-1d,dense
+
+Runs the Ascend C kernels on the CPU twin (``twin.run(..., timeline=True)``) for every mode and
+kernel (the vector-only ``perm`` kernel for the signed permutations, the ``MIX`` kernel for all),
+and prints the timing model's prediction (docs/kernel.md, "Timing model") beside the seed's three
+measured rows at ``[1, 24, 28800, 128]`` bf16 on a 910B: eager small ops, CANN's fused
+``npu_rotary_mul`` and the original RoPE-Matrix operator. At the seed shape it also prints the
+calibration: the twin's test-only copy of the original's schedule against its measured 0.8 ms, and
+the perm kernel at half 1D against ``npu_rotary_mul``'s 0.35 ms. A prediction, not a measurement:
+the model's limits are in docs/kernel.md.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .reference import mode_matrix
+
+__all__ = ["CALIBRATION", "MODES", "SEED_MEASURED_MS", "SEED_SHAPE", "calibration", "predict", "run", "sections_for"]
+
+SEED_SHAPE = (1, 24, 28800, 128)
+#: seed 002, bf16 [1, 24, 28800, 128] on a 910B: (eager small ops, npu_rotary_mul, original RoPE-Matrix)
+#: in ms; npu_rotary_mul's 2D/3D half figures include its slice + concat.
+SEED_MEASURED_MS = {
+    "half-1d": (2.1, 0.35, 0.8),
+    "half-2d": (2.5, 1.1, 0.8),
+    "half-3d": (2.9, 5.0, 0.8),
+    "interleave-1d": (2.3, 1.0, 0.8),
+    "interleave-2d": (2.6, 1.0, 0.8),
+    "interleave-3d": (2.8, 1.0, 0.8),
+}
+#: mode name -> (rotation mode, number of sections); None: a dense random y (MIX only)
+MODES = {
+    "half-1d": ("half", 1), "half-2d": ("half", 2), "half-3d": ("half", 3),
+    "interleave-1d": ("interleave", 1), "interleave-2d": ("interleave", 2), "interleave-3d": ("interleave", 3),
+    "dense": (None, 1),
+}
+#: (name, what the model runs, measured ms): the two calibration anchors of docs/kernel.md
+CALIBRATION = (
+    ("original schedule (MIX, cube then vector, full workspace)", "original", 0.8),
+    ("vector-only kernel, half 1D, vs npu_rotary_mul", "perm", 0.35),
+)
+
+
+def sections_for(d: int, parts: int) -> list[int]:
+    """The sections of a ``parts``-D RoPE over a head dim ``d``: the seed's 64+64 and 44+44+40 for
+    D = 128, otherwise even parts of about ``d / parts`` (the last takes the rest)."""
+    if d == 128 and parts == 3:
+        return [44, 44, 40]
+    if parts == 1:
+        return [d]
+    each = d // parts // 2 * 2
+    return [each] * (parts - 1) + [d - each * (parts - 1)]
+
+
+def _inputs(shape: Sequence[int], dtype: torch.dtype, mode: str):
+    b, n, s, d = shape
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(b, n, s, d, generator=g).to(dtype)
+    sin = torch.randn(1, 1, s, d, generator=g).to(dtype)
+    cos = torch.randn(1, 1, s, d, generator=g).to(dtype)
+    rot, parts = MODES[mode]
+    if rot is None:
+        y = (torch.randn(d, d, generator=g) / d**0.5).to(dtype)
+    else:
+        y = mode_matrix(rot, sections_for(d, parts), dtype=dtype)
+    return x, y, sin, cos
+
+
+def predict(
+    shape: Sequence[int],
+    mode: str,
+    kernel: str,
+    *,
+    dtype: torch.dtype = torch.bfloat16,
+    soc: str = "Ascend910B3",
+    trace: str | None = None,
+    timing_params: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """The twin's timeline (``report["timeline"]`` of :func:`twin.run`) for a BNSD x of ``shape``,
+    ``mode`` (a key of :data:`MODES`) and ``kernel``: ``"perm"``, ``"mix"`` or ``"original"`` (the
+    test-only copy of the original operator's schedule, bf16 only)."""
+    from . import twin
+
+    x, y, sin, cos = _inputs(shape, dtype, mode)
+    if kernel == "original":
+        _, report = twin._run(x, y, sin, cos, soc=soc, variant="test_only_original_schedule", timeline=True,
+                              trace=trace, timing_params=timing_params)
+    else:
+        _, report = twin.run(x, y, sin, cos, soc=soc, kernel=kernel, timeline=True, trace=trace,
+                             timing_params=timing_params)
+    return report["timeline"]
+
+
+def calibration(soc: str = "Ascend910B3", timing_params: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """The model against the seed's two anchors at the seed shape: rows of name, predicted and
+    measured ms and the relative error."""
+    rows = []
+    for name, kernel, measured in CALIBRATION:
+        pred = predict(SEED_SHAPE, "half-1d", kernel, soc=soc, timing_params=timing_params)["predicted_us"] / 1000
+        rows.append({"name": name, "predicted_ms": pred, "measured_ms": measured, "error": pred / measured - 1})
+    return rows
+
+
+def run(shape: Sequence[int], modes: Sequence[str], dtype: torch.dtype = torch.bfloat16, soc: str = "Ascend910B3",
+        timing_params: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """Prints the predictions for every mode in ``modes`` and kernel (with the seed's figures and,
+    at the seed shape in bf16, the calibration) and returns one row per (mode, kernel)."""
+    rows = []
+    for mode in modes:
+        for kernel in ("perm", "mix"):
+            if kernel == "perm" and MODES[mode][0] is None:
+                continue
+            t = predict(shape, mode, kernel, dtype=dtype, soc=soc, timing_params=timing_params)
+            rows.append({"mode": mode, "kernel": kernel, "predicted_ms": t["predicted_us"] / 1000,
+                         "hbm_mb": (t["bytes"]["hbm_read"] + t["bytes"]["hbm_write"]) / 1e6,
+                         "l2_mb": (t["bytes"]["l2_read"] + t["bytes"]["l2_write"]) / 1e6})
+    seed = tuple(shape) == SEED_SHAPE and dtype == torch.bfloat16
+    print(f"twin timing model, x {list(shape)} {str(dtype).replace('torch.', '')} BNSD, tables [1,1,S,D], {soc} "
+          "(predicted, not measured; docs/kernel.md 'Timing model')")
+    head = f"{'mode':<15}{'perm ms':>9}{'MIX ms':>9}"
+    if seed:
+        head += f"  | seed 910B measured: {'small ops':>9}{'npu_rotary_mul':>15}{'original':>9}"
+    print(head)
+    for mode in modes:
+        got = {r["kernel"]: r["predicted_ms"] for r in rows if r["mode"] == mode}
+        line = f"{mode:<15}{got.get('perm', float('nan')):>9.3f}{got['mix']:>9.3f}"
+        if seed and mode in SEED_MEASURED_MS:
+            small, fused, original = SEED_MEASURED_MS[mode]
+            line += f"  | {'':>19}{small:>9.2f}{fused:>15.2f}{original:>9.2f}"
+        print(line.replace("nan", "  -"))
+    if seed:
+        print("calibration (seed shape, bf16):")
+        for c in calibration(soc, timing_params):
+            print(f"  {c['name']:<58} predicted {c['predicted_ms']:.3f} ms, measured {c['measured_ms']:.2f} ms, "
+                  f"error {c['error']:+.1%}")
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Command line: ``python -m npu_ops_transformer_ext.bench --npu-model --help``."""
+    import argparse
+
+    from . import _cli
+
+    ap = argparse.ArgumentParser(prog="python -m npu_ops_transformer_ext.bench --npu-model", description=__doc__,
+                                 formatter_class=_cli.HelpFormatter)
+    ap.add_argument("--shape", default=",".join(map(str, SEED_SHAPE)), help="B,N,S,D of the BNSD x")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
+                    help="dtype of x, the tables and the matrix")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma list, each one of: {', '.join(MODES)}")
+    ap.add_argument("--soc", default="Ascend910B3", help="SoC whose core counts the tiling uses")
+    a = ap.parse_args(argv)
+    try:
+        shape = tuple(int(v) for v in a.shape.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 4 or min(shape) < 1:
+        ap.error(f"--shape takes four positive integers B,N,S,D, got {a.shape!r}")
+    modes = [m for m in a.modes.split(",") if m]
+    for m in modes:
+        if m not in MODES:
+            ap.error(f"unknown mode {m!r}; choose from {', '.join(MODES)}")
+    return run(shape, modes, getattr(torch, a.dtype), a.soc)
