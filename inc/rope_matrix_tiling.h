@@ -119,6 +119,7 @@ struct RopePermTiling {
   uint32_t ubBudget;    // usable UB bytes per vector core
   uint32_t sCores;      // cores along S
   uint32_t oGroups;     // cores along the outer heads
+  uint32_t partnerPath;  // how the kernel finds the partners: a PermPartnerPath
   uint64_t outer, s, inner;
   uint64_t sBase, sRem;  // S rows per S-core: sBase, one more for S-cores [0, sRem)
   uint64_t oBase, oRem;  // outer heads per group: oBase, one more for groups [0, oRem)
@@ -134,6 +135,13 @@ struct RopePermTiling {
 // Gather (5 elements per cycle on A2 against the copy's 64); otherwise the count is 0.
 constexpr uint32_t kMaxPermRuns = 8;
 constexpr uint32_t kPermRunWords = 1 + 3 * kMaxPermRuns;
+
+// How the perm kernel finds x[partner[j]] in UB (RopePermTiling::partnerPath, chosen by the host):
+// one strided UB copy per partner run (above); for 2-byte x whose partners are the pairs
+// (2i, 2i+1) (interleave in every block), by swapping the two 16-bit halves of every 32-bit word
+// of the x tile (ShiftLeft, ShiftRight by 16 and Or, at full vector speed) before the Cast; or one
+// Gather with the precomputed offsets (any other permutation).
+enum PermPartnerPath : uint32_t { kPermPathGather = 0, kPermPathRuns = 1, kPermPathSwapHalves = 2 };
 
 __aicore__ inline void PermCoreWork(const RopePermTiling& t, uint64_t v, uint64_t& sBegin, uint64_t& rows,
                                     uint64_t& oBegin, uint64_t& heads) {

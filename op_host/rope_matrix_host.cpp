@@ -121,6 +121,7 @@ LaunchPlan plan_launch(const PreparedCall& c, const Platform& plat, const platfo
     }
     l.kind = choose_kernel(requested, c.isPerm, served, why);
     if (l.kind == NpuKernel::PERM) {
+      pt.partnerPath = perm_partner_path(c.partner, pt.xBytes);
       l.perm = pt;
       l.kernel = c.permKernel;
       l.blockDim = pt.blockDim;

@@ -120,6 +120,13 @@ std::vector<uint32_t> partner_runs(const std::vector<int32_t>& partner) {
   return words;
 }
 
+uint32_t perm_partner_path(const std::vector<int32_t>& partner, uint32_t xBytes) {
+  if (partner_runs(partner)[0] > 0) return kPermPathRuns;
+  bool pairs = xBytes == 2 && partner.size() % 2 == 0;
+  for (uint64_t j = 0; pairs && j < partner.size(); ++j) pairs = partner[j] == static_cast<int32_t>(j ^ 1);
+  return pairs ? kPermPathSwapHalves : kPermPathGather;
+}
+
 std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector<int32_t>& partner,
                                       const std::vector<float>& sign) {
   if (partner.size() != t.d || sign.size() != t.d) fail("partner/sign size does not match D = ", t.d);

@@ -85,6 +85,11 @@ RopePermTiling compute_perm_tiling(const Problem& p, const Platform& plat, uint3
 // count 0 when some column is all zero, a run is not 8-column aligned or there are too many.
 std::vector<uint32_t> partner_runs(const std::vector<int32_t>& partner);
 
+// How the perm kernel finds the partners (a PermPartnerPath of inc/rope_matrix_tiling.h), pure:
+// the partner runs' copies when partner_runs finds them, the 16-bit half swap when x has 2-byte
+// elements and every column's partner is its pair (2i <-> 2i+1), else the Gather.
+uint32_t perm_partner_path(const std::vector<int32_t>& partner, uint32_t xBytes);
+
 // The perm kernel's `tiling` bytes: RopePermTiling, padding to constOffset, then per tile element
 // the Gather byte offset into the fp32 x tile (an all-zero column and the padding columns read the
 // +0 slot after the tile) and the sign, then the partner runs (partner_runs).

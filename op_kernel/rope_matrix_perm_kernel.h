@@ -2,10 +2,12 @@
 // out[j] = x[j] * cos[j] + x[partner[j]] * (sign[j] * sin[j]), no cube, no workspace.
 //
 // x @ y for such a y is an exact move and negation of elements, so no matmul is needed: the vector
-// core reads x once, finds each element's partner in UB, and writes out once. Partners come either
-// from one strided UB copy per run of columns whose partners lie the same distance away (half,
-// quarter, 2D halves; when the runs are 32-byte aligned, see kMaxPermRuns), or from one Gather
-// (byte offsets precomputed by the host for a whole tile, an all-zero column of y reads a +0 slot).
+// core reads x once, finds each element's partner in UB, and writes out once. Partners come, as the
+// host chose (RopePermTiling::partnerPath), from one strided UB copy per run of columns whose
+// partners lie the same distance away (half, quarter, 2D halves; when the runs are 32-byte aligned,
+// see kMaxPermRuns), from swapping the two 16-bit halves of every 32-bit word of a 2-byte x tile
+// (interleaved pairs), or from one Gather (byte offsets precomputed by the host for a whole tile,
+// an all-zero column of y reads a +0 slot).
 // The sign of y's column is folded into the sin row once per table row (an exact multiplication
 // by +-1); cos/sin rows are loaded once per row chunk and reused for every head. The arithmetic is
 // the CPU kernel's: fp32, x*cos, partner*sin, their sum, one rounding (CAST_RINT) to x's dtype,
@@ -130,15 +132,18 @@ class RopeMatrixPerm {
     } else {
       AscendC::Cast(xF, xIn, AscendC::RoundMode::CAST_NONE, count);
     }
+    if (t_.partnerPath == kPermPathSwapHalves) {
+      SwapHalves(xIn, pF, count);
+    }
     inX_.FreeTensor(xIn);
-    if (runCount_ > 0) {
+    if (t_.partnerPath == kPermPathRuns) {
       // each run of partners: one copy of its columns for all n rows (rows dPad apart)
       for (uint32_t r = 0; r < runCount_; ++r) {
         const uint16_t gap = static_cast<uint16_t>((t_.dPad - runLen_[r]) / 8);
         AscendC::DataCopyParams p{static_cast<uint16_t>(n), static_cast<uint16_t>(runLen_[r] / 8), gap, gap};
         AscendC::DataCopy(pF[runDst_[r]], xF[runSrc_[r]], p);
       }
-    } else {
+    } else if (t_.partnerPath == kPermPathGather) {
       AscendC::Gather(pF, xF, offsets, 0u, count);
     }
     AscendC::Mul(xF, xF, cosF, static_cast<int32_t>(count));
@@ -151,6 +156,24 @@ class RopeMatrixPerm {
       AscendC::Cast(outT, xF, AscendC::RoundMode::CAST_RINT, count);
     }
     outQ_.EnQue(outT);
+  }
+
+  // The partners of interleaved pairs (2i, 2i+1) of a 2-byte x: each 32-bit word of the x tile
+  // with its two halves swapped ((w << 16) | (w >> 16)), then cast to fp32 into pF. The Gather
+  // offsets' UB (unused on this path) holds the two shifted halves.
+  __aicore__ inline void SwapHalves(const AscendC::LocalTensor<T>& xIn, const AscendC::LocalTensor<float>& pF,
+                                    uint32_t count) {
+    if constexpr (sizeof(T) == 2) {
+      const uint32_t words = count / 2, tileWords = t_.chunkRows * t_.dPad / 2;
+      AscendC::LocalTensor<uint32_t> w = xIn.template ReinterpretCast<uint32_t>();
+      AscendC::LocalTensor<uint32_t> hi = consts_;
+      AscendC::LocalTensor<uint32_t> lo = consts_[tileWords];
+      AscendC::ShiftLeft(hi, w, static_cast<uint32_t>(16), static_cast<int32_t>(words));
+      AscendC::ShiftRight(lo, w, static_cast<uint32_t>(16), static_cast<int32_t>(words));
+      AscendC::LocalTensor<uint16_t> hi16 = hi.template ReinterpretCast<uint16_t>();
+      AscendC::Or(hi16, hi16, lo.template ReinterpretCast<uint16_t>(), static_cast<int32_t>(count));
+      AscendC::Cast(pF, hi.template ReinterpretCast<T>(), AscendC::RoundMode::CAST_NONE, count);
+    }
   }
 
   __aicore__ inline void CopyOut(uint64_t xOff, uint32_t n) {

@@ -294,7 +294,7 @@ def test_perm_ub_within_budget(d, x_dtype, table_dtype):
     assert t["ubBytes"] == per_row * t["chunkRows"] + 32 <= UB_BUDGET
     assert t["chunkRows"] == min((UB_BUDGET - 32) // per_row, -(-28800 // 40), 4095)
     assert (t["dPad"] * xb) % 32 == 0 and (t["dPad"] * 4) % 32 == 0
-    assert t["constOffset"] % 32 == 0 and t["constOffset"] >= 104
+    assert t["constOffset"] % 32 == 0 and t["constOffset"] >= 112
 
 
 def test_perm_64bit_offsets():
@@ -306,6 +306,40 @@ def test_perm_64bit_offsets():
     assert t["inner"] == 1 << 22 and t["blockDim"] == 5 * 3
     with pytest.raises(ValueError, match="exceeds DataCopyPad's 32-bit stride"):
         twin.perm_tiling(1, 2, 1 << 25, 128)
+
+
+def _partner(y):
+    """partner[j]: the row of y's non-zero in column j, -1 for an all-zero column."""
+    return [int(c.nonzero()[0]) if c.any() else -1 for c in y.t()]
+
+
+GATHER, RUNS, SWAP = 0, 1, 2  # PermPartnerPath (inc/rope_matrix_tiling.h)
+
+
+@pytest.mark.parametrize(
+    "mode,sections,x_bytes,expected",
+    [
+        ("half", [128], 2, RUNS), ("half", [128], 4, RUNS), ("half", [64, 64], 2, RUNS), ("quarter", [128], 2, RUNS),
+        ("half", [44, 44, 40], 2, GATHER),  # 22/20-column halves: not 8-column aligned
+        ("interleave", [128], 2, SWAP), ("interleave", [64, 64], 2, SWAP), ("interleave", [44, 44, 40], 2, SWAP),
+        ("interleave", [80], 2, SWAP), ("interleave", [96], 2, SWAP),
+        ("interleave", [128], 4, GATHER),  # fp32 pairs are 64-bit words: no half swap
+        ("interleave-half", [128], 2, GATHER),
+    ],
+)
+def test_perm_partner_path_per_mode(mode, sections, x_bytes, expected):
+    from npu_ops_transformer_ext.reference import mode_matrix
+
+    assert _twin.perm_partner_path(_partner(mode_matrix(mode, sections)), x_bytes) == expected
+
+
+def test_perm_partner_path_swap_needs_every_pair():
+    pairs = [j ^ 1 for j in range(16)]
+    assert _twin.perm_partner_path(pairs, 2) == SWAP
+    assert _twin.perm_partner_path(pairs[:15], 2) == GATHER  # odd D: the last column has no pair
+    assert _twin.perm_partner_path(pairs[:14] + [-1, 14], 2) == GATHER  # an all-zero column
+    assert _twin.perm_partner_path(pairs[:14] + [15, 14], 2) == SWAP
+    assert _twin.perm_partner_path([1, 0, 3, 2, 4, 5, 7, 6], 2) == GATHER  # one column its own partner
 
 
 @pytest.mark.parametrize(

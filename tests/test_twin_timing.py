@@ -131,23 +131,31 @@ def test_original_schedule_kernel_is_exact_and_clean(s):
 
 
 @pytest.mark.parametrize(
-    "mode,sections,copies",
-    [("half", [128], True), ("quarter", [128], True), ("half", [64, 64], True), ("half", [32, 32, 64], True),
-     ("interleave", [128], False), ("half", [44, 44, 40], False)],
+    "mode,sections,dtype,path",
+    [("half", [128], torch.bfloat16, "copies"), ("quarter", [128], torch.bfloat16, "copies"),
+     ("half", [64, 64], torch.bfloat16, "copies"), ("half", [32, 32, 64], torch.bfloat16, "copies"),
+     ("half", [128], torch.float32, "copies"),
+     ("interleave", [128], torch.bfloat16, "swap"), ("interleave", [64, 64], torch.float16, "swap"),
+     ("interleave", [44, 44, 40], torch.bfloat16, "swap"),
+     ("interleave", [128], torch.float32, "gather"), ("half", [44, 44, 40], torch.bfloat16, "gather")],
 )
-def test_perm_kernel_copies_aligned_partner_runs_instead_of_gathering(tmp_path, mode, sections, copies):
+def test_perm_kernel_finds_partners_by_the_path_the_host_chose(tmp_path, mode, sections, dtype, path):
     # Runs of columns whose partners lie the same distance away, 8-column aligned, move with one
-    # strided UB copy each; anything else (interleave, 44-column halves) keeps the Gather. Both exact.
+    # strided UB copy each; interleaved pairs of a 2-byte x by swapping the 16-bit halves of each
+    # 32-bit word; anything else (fp32 pairs, 44-column halves) keeps the Gather. All exact.
     d = sum(sections)
-    x, _, sin, cos = _inputs(50, d=d)
-    y = mode_matrix(mode, sections)
-    path = tmp_path / "t.json"
-    out, rep = twin.run(x, y, sin, cos, kernel="perm", timeline=True, trace=str(path))
+    x, _, sin, cos = _inputs(50, d=d, dtype=dtype)
+    y = mode_matrix(mode, sections, dtype=dtype)
+    trace = tmp_path / "t.json"
+    out, rep = twin.run(x, y, sin, cos, kernel="perm", timeline=True, trace=str(trace))
     assert rep["kernel_kind"] == "perm"
+    assert rep["tiling"]["partnerPath"] == {"gather": 0, "copies": 1, "swap": 2}[path]
     assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
-    names = {e["name"] for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"}
-    assert ("Gather" not in names) == copies
-    assert ("DataCopy(UB->UB, params)" in names) == copies
+    names = {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"}
+    assert ("Gather" in names) == (path == "gather")
+    assert ("DataCopy(UB->UB, params)" in names) == (path == "copies")
+    swap_ops = {"ShiftLeft", "ShiftRight", "Or"}
+    assert (names & swap_ops) == (swap_ops if path == "swap" else set())
 
 
 def test_timeline_grows_with_the_work_and_shrinks_with_bandwidth():

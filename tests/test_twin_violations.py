@@ -30,6 +30,7 @@ KERNEL_VARIANTS = [
     ("test_only_datacopy_unaligned_length", "datacopy-align", "AIV_"),
     ("test_only_ub_unaligned_address", "ub-align", "AIV_"),
     ("test_only_cast_none_to_bf16", "cast-illegal", "AIV_"),
+    ("test_only_shift_out_of_range", "vector-shift", "AIV_"),
     ("test_only_deque_empty", "que-deque-empty", "AIV_"),
     ("test_only_alloc_past_depth", "que-alloc-exhausted", "AIV_"),
     ("test_only_use_after_free", "use-after-free", "AIV_"),

@@ -29,6 +29,7 @@ TEST_ONLY(test_only_vector_op_on_cube)
 TEST_ONLY(test_only_datacopy_unaligned_length)
 TEST_ONLY(test_only_ub_unaligned_address)
 TEST_ONLY(test_only_cast_none_to_bf16)
+TEST_ONLY(test_only_shift_out_of_range)
 TEST_ONLY(test_only_deque_empty)
 TEST_ONLY(test_only_alloc_past_depth)
 TEST_ONLY(test_only_use_after_free)
@@ -100,6 +101,7 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_datacopy_unaligned_length", test_only_datacopy_unaligned_length},
       {"test_only_ub_unaligned_address", test_only_ub_unaligned_address},
       {"test_only_cast_none_to_bf16", test_only_cast_none_to_bf16},
+      {"test_only_shift_out_of_range", test_only_shift_out_of_range},
       {"test_only_deque_empty", test_only_deque_empty},
       {"test_only_alloc_past_depth", test_only_alloc_past_depth},
       {"test_only_use_after_free", test_only_use_after_free},
@@ -140,7 +142,7 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
 
 #define PERM_TILING_FIELDS(X)                                                                                 \
   X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(sCores) X(oGroups) \
-      X(outer) X(s) X(inner) X(sBase) X(sRem) X(oBase) X(oRem) X(constOffset)
+      X(partnerPath) X(outer) X(s) X(inner) X(sBase) X(sRem) X(oBase) X(oRem) X(constOffset)
 
 py::dict perm_tiling_dict(const rope_matrix::RopePermTiling& t) {
   py::dict d;
@@ -604,6 +606,7 @@ PYBIND11_MODULE(_twin, m) {
         py::arg("x_dtype") = "bfloat16", py::arg("table_dtype") = "bfloat16", py::arg("soc") = "Ascend910B3",
         py::arg("max_block_dim") = 0);
   m.def("perm_ub_bytes_per_element", &rope_matrix::perm_ub_bytes_per_element);
+  m.def("perm_partner_path", &rope_matrix::perm_partner_path, py::arg("partner"), py::arg("x_bytes"));
   m.def("tiling", &tiling_py, py::arg("outer"), py::arg("s"), py::arg("inner"), py::arg("d"),
         py::arg("x_dtype") = "bfloat16", py::arg("table_dtype") = "bfloat16", py::arg("soc") = "Ascend910B3",
         py::arg("max_block_dim") = 0, py::arg("slot_bytes") = rope_matrix::kSlotBytes);

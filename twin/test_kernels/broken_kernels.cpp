@@ -104,6 +104,18 @@ BROKEN_ENTRY(test_only_cast_none_to_bf16) {
   }
 }
 
+// ShiftLeft of uint16_t by 17 (A2 takes [0, 16] for 16-bit elements).
+BROKEN_ENTRY(test_only_shift_out_of_range) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TBuf<TPosition::VECCALC> f;
+    pipe.InitBuffer(f, 256);
+    LocalTensor<uint16_t> a = f.Get<uint16_t>();
+    ShiftLeft(a, a, static_cast<uint16_t>(17), 128);
+  }
+}
+
 // DeQue with nothing enqueued (on the NPU: waits for an event that never comes).
 BROKEN_ENTRY(test_only_deque_empty) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);

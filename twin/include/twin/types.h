@@ -103,6 +103,8 @@ inline const char* type_name<bfloat16_t>() { return "bfloat16_t"; }
 template <>
 inline const char* type_name<int16_t>() { return "int16_t"; }
 template <>
+inline const char* type_name<uint16_t>() { return "uint16_t"; }
+template <>
 inline const char* type_name<int32_t>() { return "int32_t"; }
 template <>
 inline const char* type_name<uint32_t>() { return "uint32_t"; }

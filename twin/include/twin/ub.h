@@ -181,6 +181,14 @@ inline void check_overlap(const char* api, uint64_t d0, uint64_t dbytes, uint64_
   }
 }
 
+// `vector-shift`: ShiftLeft/ShiftRight take an amount in [0, 16] for 16-bit and [0, 32] for 32-bit
+// elements on A2 (asc-devkit ShiftLeft.md / ShiftRight.md, 约束说明).
+inline void check_shift_amount(const char* api, int64_t amount, int bits) {
+  if (amount < 0 || amount > bits) {
+    fail("vector-shift", str(api, ": shift amount ", amount, " is outside [0, ", bits, "] for ", bits, "-bit elements"));
+  }
+}
+
 // `gather-offset`: each Gather offset (bytes, plus the base) must be a multiple of the element size
 // inside the source buffer; the NPU would read any UB.
 inline void check_gather_offset(uint32_t i, uint32_t off, uint32_t base, uint64_t elem, uint64_t src_bytes) {
