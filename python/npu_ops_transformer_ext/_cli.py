@@ -1,5 +1,5 @@
-"""Shared pieces of the command-line tools (bench, precision, plot): help layout, progress bars,
-package version and git revision."""
+"""Shared pieces of the command-line tools (bench, precision, plot): help layout, argument parsing,
+progress bars, package version and git revision."""
 
 from __future__ import annotations
 
@@ -21,6 +21,26 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         if "default:" in text or action.default is None or action.default is False:
             return text
         return super()._get_help_string(action)
+
+
+def parse_shape(ap: argparse.ArgumentParser, text: str) -> tuple[int, ...]:
+    """``--shape B,N,S,D``: four positive integers, or ``ap.error`` naming what was given."""
+    try:
+        shape = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 4 or min(shape) < 1:
+        ap.error(f"--shape takes four positive integers B,N,S,D, got {text!r}")
+    return shape
+
+
+def parse_modes(ap: argparse.ArgumentParser, text: str, known: Any) -> list[str]:
+    """``--modes a,b``: a comma list of names from ``known``, or ``ap.error`` naming the bad one."""
+    modes = [m for m in text.split(",") if m]
+    for m in modes:
+        if m not in known:
+            ap.error(f"unknown mode {m!r}; choose from {', '.join(known)}")
+    return modes
 
 
 def add_progress_option(ap: argparse.ArgumentParser) -> None:

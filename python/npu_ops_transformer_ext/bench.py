@@ -243,16 +243,8 @@ def main(argv: Sequence[str] | None = None) -> object:
     a = ap.parse_args(args)
     if a.threads:
         torch.set_num_threads(a.threads)
-    try:
-        shape = tuple(int(v) for v in a.shape.split(","))
-    except ValueError:
-        shape = ()
-    if len(shape) != 4 or min(shape) < 1:
-        ap.error(f"--shape takes four positive integers B,N,S,D, got {a.shape!r}")
-    modes = [m for m in a.modes.split(",") if m]
-    for m in modes:
-        if m not in MODES:
-            ap.error(f"unknown mode {m!r}; choose from {', '.join(MODES)}")
+    shape = _cli.parse_shape(ap, a.shape)
+    modes = _cli.parse_modes(ap, a.modes, MODES)
     providers = [p for p in a.providers.split(",") if p]
     for p in providers:
         if p not in PROVIDERS:

@@ -156,14 +156,6 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma list, each one of: {', '.join(MODES)}")
     ap.add_argument("--soc", default="Ascend910B3", help="SoC whose core counts the tiling uses")
     a = ap.parse_args(argv)
-    try:
-        shape = tuple(int(v) for v in a.shape.split(","))
-    except ValueError:
-        shape = ()
-    if len(shape) != 4 or min(shape) < 1:
-        ap.error(f"--shape takes four positive integers B,N,S,D, got {a.shape!r}")
-    modes = [m for m in a.modes.split(",") if m]
-    for m in modes:
-        if m not in MODES:
-            ap.error(f"unknown mode {m!r}; choose from {', '.join(MODES)}")
+    shape = _cli.parse_shape(ap, a.shape)
+    modes = _cli.parse_modes(ap, a.modes, MODES)
     return run(shape, modes, getattr(torch, a.dtype), a.soc)

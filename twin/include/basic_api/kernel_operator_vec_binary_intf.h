@@ -16,11 +16,11 @@ inline void check_overlap(const char* api, const LocalTensor<D>& dst, const Loca
                         static_cast<uint64_t>(count) * sizeof(S), sizeof(D) == sizeof(S));
 }
 
-// Bitwise operations on the integers themselves (the UB initcheck as for arithmetic: an element is
-// defined when every operand element is).
+// dst[i] = f(a[i], b[i]) for count elements on the vector pipe, with the operand checks; the UB
+// initcheck: an element is defined when every operand element is.
 template <typename T, typename F>
-inline void bitwise(const char* api, const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b,
-                    int32_t count, F f) {
+inline void elementwise(const char* api, const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b,
+                        int32_t count, F f) {
   ::twin::tick();
   ::twin::require_aiv(api);
   if (count < 0) ::twin::fail("vector-count", ::twin::str(api, ": count ", count, " < 0"));
@@ -47,42 +47,29 @@ inline void bitwise(const char* api, const LocalTensor<T>& dst, const LocalTenso
   }
 }
 
+// Bitwise operations on the integers themselves.
+template <typename T, typename F>
+inline void bitwise(const char* api, const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b,
+                    int32_t count, F f) {
+  elementwise(api, dst, a, b, count, f);
+}
+
 template <typename T>
 constexpr bool vec_bit16_type = std::is_same<T, int16_t>::value || std::is_same<T, uint16_t>::value;
 template <typename T>
 constexpr bool vec_shift_type = vec_bit16_type<T> || std::is_same<T, int32_t>::value || std::is_same<T, uint32_t>::value;
 
+// Arithmetic in fp32, rounded once to T (RINT) unless T is float.
 template <typename T, typename F>
 inline void binary(const char* api, const LocalTensor<T>& dst, const LocalTensor<T>& a, const LocalTensor<T>& b,
                    int32_t count, F f) {
-  ::twin::tick();
-  ::twin::require_aiv(api);
-  if (count < 0) ::twin::fail("vector-count", ::twin::str(api, ": count ", count, " < 0"));
-  if (count == 0) return;
-  a.check(count, ::twin::Role::VecRead, api);
-  b.check(count, ::twin::Role::VecRead, api);
-  dst.check(count, ::twin::Role::VecWrite, api);
-  check_overlap(api, dst, a, count);
-  check_overlap(api, dst, b, count);
-  ::twin::issue(::twin::kPipeV, api);
-  a.touch(::twin::kPipeV, 0, count * sizeof(T), false);
-  b.touch(::twin::kPipeV, 0, count * sizeof(T), false);
-  dst.touch(::twin::kPipeV, 0, count * sizeof(T), true);
-  T* d = dst.ptr();
-  const T* x = a.ptr();
-  const T* y = b.ptr();
-  uint8_t* dd = dst.defs();
-  const uint8_t* ad = a.defs();
-  const uint8_t* bd = b.defs();
-  for (int32_t i = 0; i < count; ++i) {
+  elementwise(api, dst, a, b, count, [&](T x, T y) -> T {
     if constexpr (std::is_same<T, float>::value) {
-      d[i] = f(x[i], y[i]);
+      return f(x, y);
     } else {
-      d[i] = ::twin::from_float_rint<T>(f(::twin::to_float(x[i]), ::twin::to_float(y[i])));
+      return ::twin::from_float_rint<T>(f(::twin::to_float(x), ::twin::to_float(y)));
     }
-    const bool v = ::twin::all_defined(ad + i * sizeof(T), sizeof(T)) && ::twin::all_defined(bd + i * sizeof(T), sizeof(T));
-    std::memset(dd + i * sizeof(T), v, sizeof(T));
-  }
+  });
 }
 }  // namespace detail
 
