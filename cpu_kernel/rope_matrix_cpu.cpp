@@ -133,14 +133,45 @@ inline void advance(int n, const int64_t* size, int64_t* idx) {
   }
 }
 
+// A broadcast position of one operand: bytes from the operand's bases to its first row.
+struct Position {
+  size_t op;
+  int64_t x_off, out_off;
+};
+
+// Per-thread buffers of run_blocks, kept from call to call (they only grow): a call allocates
+// nothing, which matters at decode sizes, where a call is a few microseconds.
+struct Workspace {
+  std::vector<char> mem;  // row-kernel scratch, then the block's table rows in the compute type
+  std::vector<int64_t> xt_off, ot_off;
+  std::vector<const void*> cosrow, sinrow;
+  std::vector<Position> positions;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  std::vector<const void*> bx[2];
+  std::vector<void*> bout;
+  std::vector<const void*> bcos, bsin;
+  std::vector<int64_t> tidx, bidx;
+};
+
+template <typename V>
+void grow(V& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
 template <typename C>
 void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>& ops, const Kernels& k,
                 bool stream, bool in_place) {
   const int64_t D = plan.D, Dp = plan.Dp;
-  // No more rows than the tables have: the per-call buffers below are sized by R (a decode call
-  // has one table row; zeroing buffers for 128 cost more than its arithmetic).
-  const int64_t R = std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))),
-                                        1, std::clamp<int64_t>(tab.ntr, 1, kMaxBlockRows));
+  // Enough work items to keep every thread busy. Blocks first: each table row is then converted
+  // once per call. A block has up to kTableBlockBytes of converted rows, but no more rows than give
+  // `want` blocks (a 1.5 MiB call has 256 rows: 16 blocks of 16, not 2 of 128 whose table rows
+  // every slice of the heads would convert again) and no more than the tables have (the per-call
+  // buffers below are sized by R; a decode call has one table row). Only when there are fewer
+  // table rows than work items are the broadcast positions sliced too.
+  const int64_t want = 8 * static_cast<int64_t>(at::get_num_threads());
+  const int64_t r_cap = std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1,
+                                            kMaxBlockRows);
+  const int64_t R = std::clamp<int64_t>((tab.ntr + want - 1) / want, 1, r_cap);
   const int64_t nblocks = (tab.ntr + R - 1) / R;
   int64_t max_nbc = 1;
   int max_nb = 0;
@@ -148,8 +179,6 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
     max_nbc = std::max(max_nbc, o.nbc);
     max_nb = std::max(max_nb, o.nb);
   }
-  // Enough work items to keep every thread busy even with few table blocks.
-  const int64_t want = 8 * static_cast<int64_t>(at::get_num_threads());
   const int64_t nslices = std::clamp<int64_t>((want + nblocks - 1) / nblocks, 1, max_nbc);
   const uint32_t* sign_bits = plan.is_perm ? plan.sign_bits.data() : nullptr;
   // Broadcast positions per batch, per operand: where the heads of one table row are adjacent rows
@@ -170,32 +199,42 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
   at::parallel_for(0, items, elems < kMinParallelElems ? items : 1, [&](int64_t begin, int64_t end) {
     const int64_t scratch_len = kScratchRows * (Dp + kLanes) * static_cast<int64_t>(sizeof(double));
     const int64_t tab_len = 2 * R * Dp;
-    std::unique_ptr<char[]> mem(new char[scratch_len + tab_len * sizeof(C) + 128]);
-    char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mem.get()) + 63) & ~uintptr_t(63));
+    thread_local Workspace ws;
+    grow(ws.mem, static_cast<size_t>(scratch_len + tab_len * static_cast<int64_t>(sizeof(C)) + 64));
+    char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws.mem.data()) + 63) & ~uintptr_t(63));
     void* scratch = aligned;
     C* tabbuf = reinterpret_cast<C*>(aligned + scratch_len);
-    std::vector<std::array<int64_t, kMaxBlockRows>> xt_off(ops.size()), ot_off(ops.size());
-    std::array<const void*, kMaxBlockRows> cosrow{}, sinrow{};
-    struct Position {
-      size_t op;
-      int64_t x_off, out_off;  // bytes from the operand's bases to this broadcast position
-    };
-    std::vector<Position> positions;
-    std::vector<std::pair<size_t, size_t>> ranges;  // batches: [first, last) positions
+    const size_t nops = ops.size();
+    grow(ws.xt_off, nops * R);
+    grow(ws.ot_off, nops * R);
+    grow(ws.cosrow, R);
+    grow(ws.sinrow, R);
+    int64_t* const xt_off = ws.xt_off.data();  // [operand * R + row of the block]
+    int64_t* const ot_off = ws.ot_off.data();
+    const void** const cosrow = ws.cosrow.data();
+    const void** const sinrow = ws.sinrow.data();
+    std::vector<Position>& positions = ws.positions;
+    std::vector<std::pair<size_t, size_t>>& ranges = ws.ranges;  // batches: [first, last) positions
     // Row pointers of a batch (up to max_heads positions x R rows); x twice, for this batch and
     // the next one.
     const size_t batch_cap = static_cast<size_t>(max_heads * R);
-    std::vector<const void*> bx[2] = {std::vector<const void*>(batch_cap), std::vector<const void*>(batch_cap)};
-    std::vector<void*> bout(batch_cap);
-    std::vector<const void*> bcos(batch_cap), bsin(batch_cap);
-    std::vector<int64_t> tidx(tab.nt), bidx(max_nb);
+    for (auto* v : {&ws.bx[0], &ws.bx[1], &ws.bcos, &ws.bsin}) grow(*v, batch_cap);
+    grow(ws.bout, batch_cap);
+    std::vector<const void*>* const bx = ws.bx;
+    void** const bout = ws.bout.data();
+    const void** const bcos = ws.bcos.data();
+    const void** const bsin = ws.bsin.data();
+    grow(ws.tidx, static_cast<size_t>(tab.nt));
+    grow(ws.bidx, static_cast<size_t>(max_nb));
+    int64_t* const tidx = ws.tidx.data();
+    int64_t* const bidx = ws.bidx.data();
 
     for (int64_t item = begin; item < end; ++item) {
       const int64_t blk = item / nslices, slice = item % nslices;
       const int64_t t0 = blk * R;
       const int64_t nr = std::min(R, tab.ntr - t0);
       // Offsets of the block's table rows, and its table rows in the compute type.
-      unravel(t0, tab.nt, tab.t_size.data(), tidx.data());
+      unravel(t0, tab.nt, tab.t_size.data(), tidx);
       for (int64_t r = 0; r < nr; ++r) {
         int64_t so = 0, co = 0;
         for (int d = 0; d < tab.nt; ++d) {
@@ -208,8 +247,8 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
             xo += tidx[d] * ops[i].t_xstride[d];
             oo += tidx[d] * ops[i].t_ostride[d];
           }
-          xt_off[i][r] = xo * ops[i].elem;
-          ot_off[i][r] = oo * ops[i].elem;
+          xt_off[i * R + r] = xo * ops[i].elem;
+          ot_off[i * R + r] = oo * ops[i].elem;
         }
         C* cbuf = tabbuf + (2 * r) * Dp;
         C* sbuf = cbuf + Dp;
@@ -217,7 +256,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
         k.sin_table(tab.sin_base + so * elem_size(tab.sin_dtype), D, Dp, sign_bits, sbuf);
         cosrow[r] = cbuf;
         sinrow[r] = sbuf;
-        advance(tab.nt, tab.t_size.data(), tidx.data());
+        advance(tab.nt, tab.t_size.data(), tidx);
       }
       // Every broadcast position of every operand in this slice, heads_per_batch of them per batch
       // with their rows ordered (table row, position): each table row is read from L2 once for
@@ -229,7 +268,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
         const Operand& o = ops[i];
         const int64_t b0 = slice * o.nbc / nslices, b1 = (slice + 1) * o.nbc / nslices;
         if (b0 >= b1) continue;
-        unravel(b0, o.nb, o.b_size.data(), bidx.data());
+        unravel(b0, o.nb, o.b_size.data(), bidx);
         const size_t first = positions.size();
         for (int64_t bpos = b0; bpos < b1; ++bpos) {
           int64_t xb = 0, ob = 0;
@@ -238,7 +277,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
             ob += bidx[d] * o.b_ostride[d];
           }
           positions.push_back({i, xb * o.elem, ob * o.elem});
-          advance(o.nb, o.b_size.data(), bidx.data());
+          advance(o.nb, o.b_size.data(), bidx);
         }
         for (size_t p = first; p < positions.size(); p += heads_per_batch[i]) {
           ranges.push_back({p, std::min(positions.size(), p + static_cast<size_t>(heads_per_batch[i]))});
@@ -257,7 +296,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
       };
       const auto fill_x = [&](size_t t, std::vector<const void*>& xr) {
         return for_rows(t, [&](int64_t i, const Position& pos, int64_t r) {
-          xr[i] = ops[pos.op].x_base + pos.x_off + xt_off[pos.op][r];
+          xr[i] = ops[pos.op].x_base + pos.x_off + xt_off[pos.op * R + r];
         });
       };
       // Batch t's x rows are filled one batch ahead (as the previous batch's next rows).
@@ -266,11 +305,11 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
         std::vector<const void*>& xr = bx[t % 2];
         std::vector<const void*>& next = bx[(t + 1) % 2];
         for_rows(t, [&](int64_t i, const Position& pos, int64_t r) {
-          bout[i] = ops[pos.op].out_base + pos.out_off + ot_off[pos.op][r];
+          bout[i] = ops[pos.op].out_base + pos.out_off + ot_off[pos.op * R + r];
           bcos[i] = cosrow[r];
           bsin[i] = sinrow[r];
         });
-        RowBatch rb{n, xr.data(), bout.data(), bcos.data(), bsin.data(), stream, in_place};
+        RowBatch rb{n, xr.data(), bout, bcos, bsin, stream, in_place};
         if (t + 1 < nbatches) {
           rb.next_n = fill_x(t + 1, next);
           rb.next_x = next.data();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <optional>
 
 namespace npu_ops_transformer_ext {
 namespace cpu {
@@ -181,7 +182,69 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
   return plan;
 }
 
-std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y_in) {
+namespace {
+
+// What identifies one matrix's contents without reading them: the tensor object itself (held by a
+// weak reference, so that while it is remembered no other tensor can take its address), its
+// storage, data pointer, dtype, sizes and strides (a metadata change such as t_() changes the
+// matrix without writing it) and its version counter, which every in-place write through the
+// tensor or any view of it advances.
+struct MatrixKey {
+  std::optional<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> impl;
+  const void* storage = nullptr;
+  const void* data = nullptr;
+  uint32_t version = 0;
+  at::ScalarType dtype = at::kFloat;
+  int64_t size[2] = {0, 0}, stride[2] = {0, 0};
+
+  // False for an inference tensor: it has no version counter.
+  static bool keyable(const at::Tensor& y) {
+    return y.dim() == 2 && y.unsafeGetTensorImpl()->version_counter().enabled();
+  }
+  static MatrixKey of(const at::Tensor& y) {
+    MatrixKey k;
+    k.impl.emplace(y.getIntrusivePtr());
+    k.storage = y.storage().unsafeGetStorageImpl();
+    k.data = y.const_data_ptr();
+    k.version = y.unsafeGetTensorImpl()->version_counter().current_version();
+    k.dtype = y.scalar_type();
+    for (int d = 0; d < 2; ++d) {
+      k.size[d] = y.size(d);
+      k.stride[d] = y.stride(d);
+    }
+    return k;
+  }
+  bool matches(const at::Tensor& y) const {
+    const c10::TensorImpl* t = y.unsafeGetTensorImpl();
+    return impl.has_value() && !impl->expired() && impl->_unsafe_get_target() == t &&
+           storage == y.storage().unsafeGetStorageImpl() && data == y.const_data_ptr() &&
+           version == t->version_counter().current_version() && dtype == y.scalar_type() &&
+           size[0] == y.size(0) && size[1] == y.size(1) && stride[0] == y.stride(0) && stride[1] == y.stride(1);
+  }
+};
+
+std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y_in);
+
+}  // namespace
+
+std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y) {
+  // Each thread remembers the last matrix it compiled or found, by MatrixKey: a model passes the
+  // same matrix every call, and this check costs a few compares instead of reading the matrix and
+  // taking a lock. Anything else (another matrix, an in-place change, an inference tensor) goes
+  // to the cache by contents.
+  thread_local MatrixKey last_key;
+  thread_local std::shared_ptr<const RotatePlan> last_plan;
+  if (!MatrixKey::keyable(y)) return cached_by_contents(y);
+  if (last_plan != nullptr && last_key.matches(y)) return last_plan;
+  std::shared_ptr<const RotatePlan> plan = cached_by_contents(y);
+  last_key = MatrixKey::of(y);
+  last_plan = plan;
+  return plan;
+}
+
+namespace {
+
+std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y_in) {
   struct Entry {
     at::ScalarType dtype;
     int64_t D;
@@ -214,6 +277,8 @@ std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y_in) {
   if (cache.size() > kEntries) cache.pop_back();
   return plan;
 }
+
+}  // namespace
 
 }  // namespace cpu
 }  // namespace npu_ops_transformer_ext

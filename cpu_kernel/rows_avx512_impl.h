@@ -195,58 +195,64 @@ inline __m512 partners(const ChunkPlan& c, const float* xf) {
   }
 }
 
-// One row of perm_rows_direct. kFull: D is a multiple of 16 (no masks); kStream: non-temporal
-// stores; kChecked: round through the always-exact path. Unchecked, it returns the lanes whose
-// rounding needs the checked path (subnormal or NaN results with AVX512_BF16), so the caller can redo the
-// row; checked, it returns 0.
+// Chunk c (elements j = 16c ..) of one row of perm_rows_direct, with the chunk's cos and sin
+// values. kFull: D is a multiple of 16 (no masks); kStream: non-temporal stores; kChecked: round
+// through the always-exact path. Unchecked, it ORs into `fixup` the lanes whose rounding needs the
+// checked path (subnormal or NaN results with AVX512_BF16), so the caller can redo the row.
+template <typename T, bool kFull, bool kStream, bool kChecked>
+inline void direct_chunk(const ChunkPlan& cp, int64_t j, int64_t D, const T* x, T* out, __m512 cv, __m512 sv,
+                         __mmask16& fixup) {
+  const __mmask16 m = kFull ? static_cast<__mmask16>(0xFFFF) : lane_mask(D - j);
+  const __m512 xc = Io<T>::load(x + j, m);
+  __m512 xp;
+  if (cp.kind == static_cast<int32_t>(ChunkKind::kOffset)) {
+    xp = Io<T>::load(x + cp.start, kFull ? m : lane_mask(D - cp.start));
+  } else if (cp.kind == static_cast<int32_t>(ChunkKind::kSegments)) {
+    // Masked loads never touch the lanes outside their mask, so a base before the row start or
+    // a run ending at the row's end reads nothing outside the row.
+    typename Io<T>::Raw raw = Io<T>::raw_zero();
+    for (int32_t k = 0; k < cp.nseg; ++k) {
+      raw = Io<T>::raw_merge(raw, static_cast<__mmask16>(cp.seg_mask[k]), x + cp.seg_base[k]);
+    }
+    xp = Io<T>::raw_to_fp32(raw);
+  } else {
+    const __mmask16 nz = static_cast<__mmask16>(cp.nonzero_mask);
+    const __m512i idx = _mm512_load_si512(cp.idx);
+    const int64_t ja = cp.a * kLanes, jb = cp.b * kLanes;
+    const __m512 va = ja == j ? xc : Io<T>::load(x + ja, kFull ? m : lane_mask(D - ja));
+    if (cp.a == cp.b) {
+      xp = _mm512_maskz_permutexvar_ps(nz, idx, va);
+    } else {
+      const __m512 vb = jb == j ? xc : Io<T>::load(x + jb, kFull ? m : lane_mask(D - jb));
+      xp = _mm512_maskz_permutex2var_ps(nz, va, idx, vb);
+    }
+  }
+  const __m512 r = _mm512_add_ps(_mm512_mul_ps(xc, cv), _mm512_mul_ps(xp, sv));
+  if constexpr (kChecked) {
+    if constexpr (kStream) {
+      Io<T>::stream(out + j, r);
+    } else {
+      Io<T>::store(out + j, r, m);
+    }
+  } else {
+    if constexpr (Io<T>::kMayNeedFixup) fixup |= Io<T>::needs_fixup(r) & m;
+    if constexpr (kStream) {
+      Io<T>::stream_unchecked(out + j, r);
+    } else {
+      Io<T>::store_unchecked(out + j, r, m);
+    }
+  }
+}
+
+// One row of perm_rows_direct, its table values read from memory; unchecked, returns the lanes
+// that need the checked path, checked 0.
 template <typename T, bool kFull, bool kStream, bool kChecked>
 inline __mmask16 direct_row(const ChunkPlan* chunks, int64_t D, int64_t Dp, const T* x, T* out,
                             const float* cs, const float* sn) {
   __mmask16 fixup = 0;
   for (int64_t j = 0, c = 0; j < Dp; j += kLanes, ++c) {
-    const __mmask16 m = kFull ? static_cast<__mmask16>(0xFFFF) : lane_mask(D - j);
-    const ChunkPlan& cp = chunks[c];
-    const __m512 xc = Io<T>::load(x + j, m);
-    __m512 xp;
-    if (cp.kind == static_cast<int32_t>(ChunkKind::kOffset)) {
-      xp = Io<T>::load(x + cp.start, kFull ? m : lane_mask(D - cp.start));
-    } else if (cp.kind == static_cast<int32_t>(ChunkKind::kSegments)) {
-      // Masked loads never touch the lanes outside their mask, so a base before the row start or
-      // a run ending at the row's end reads nothing outside the row.
-      typename Io<T>::Raw raw = Io<T>::raw_zero();
-      for (int32_t k = 0; k < cp.nseg; ++k) {
-        raw = Io<T>::raw_merge(raw, static_cast<__mmask16>(cp.seg_mask[k]), x + cp.seg_base[k]);
-      }
-      xp = Io<T>::raw_to_fp32(raw);
-    } else {
-      const __mmask16 nz = static_cast<__mmask16>(cp.nonzero_mask);
-      const __m512i idx = _mm512_load_si512(cp.idx);
-      const int64_t ja = cp.a * kLanes, jb = cp.b * kLanes;
-      const __m512 va = ja == j ? xc : Io<T>::load(x + ja, kFull ? m : lane_mask(D - ja));
-      if (cp.a == cp.b) {
-        xp = _mm512_maskz_permutexvar_ps(nz, idx, va);
-      } else {
-        const __m512 vb = jb == j ? xc : Io<T>::load(x + jb, kFull ? m : lane_mask(D - jb));
-        xp = _mm512_maskz_permutex2var_ps(nz, va, idx, vb);
-      }
-    }
-    const __m512 a = _mm512_mul_ps(xc, _mm512_loadu_ps(cs + j));
-    const __m512 s = _mm512_mul_ps(xp, _mm512_loadu_ps(sn + j));
-    const __m512 r = _mm512_add_ps(a, s);
-    if constexpr (kChecked) {
-      if constexpr (kStream) {
-        Io<T>::stream(out + j, r);
-      } else {
-        Io<T>::store(out + j, r, m);
-      }
-    } else {
-      if constexpr (Io<T>::kMayNeedFixup) fixup |= Io<T>::needs_fixup(r) & m;
-      if constexpr (kStream) {
-        Io<T>::stream_unchecked(out + j, r);
-      } else {
-        Io<T>::store_unchecked(out + j, r, m);
-      }
-    }
+    direct_chunk<T, kFull, kStream, kChecked>(chunks[c], j, D, x, out, _mm512_loadu_ps(cs + j),
+                                              _mm512_loadu_ps(sn + j), fixup);
   }
   return fixup;
 }
@@ -257,6 +263,60 @@ inline void direct_row_exact(const ChunkPlan* chunks, int64_t D, int64_t Dp, con
   if (direct_row<T, kFull, kStream, false>(chunks, D, Dp, x, out, cs, sn) != 0) {
     direct_row<T, kFull, kStream, true>(chunks, D, Dp, x, out, cs, sn);  // rare: subnormal or NaN results
   }
+}
+
+// The table rows of one run (table_run_end) in registers, NC chunks of 16 (Dp = 16 * NC, NC <= 8:
+// 2 * NC of the 32 vector registers).
+template <int NC>
+struct ChunkTables {
+  __m512 c[NC], s[NC];
+  ChunkTables(const float* cs, const float* sn) {
+    for (int i = 0; i < NC; ++i) {
+      c[i] = _mm512_loadu_ps(cs + i * kLanes);
+      s[i] = _mm512_loadu_ps(sn + i * kLanes);
+    }
+  }
+};
+
+template <typename T, int NC, bool kStream>
+inline __mmask16 direct_row_regs(const ChunkPlan* chunks, const T* x, T* out, const ChunkTables<NC>& t) {
+  __mmask16 fixup = 0;
+  for (int c = 0; c < NC; ++c) {
+    direct_chunk<T, true, kStream, false>(chunks[c], c * kLanes, NC * kLanes, x, out, t.c[c], t.s[c], fixup);
+  }
+  return fixup;
+}
+
+// perm_rows_direct for D = 16 * NC with NC in 1..8: each run of rows that share their table rows
+// loads them into registers once.
+template <typename T, int NC>
+void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b) {
+  const int64_t D = plan.D;
+  const ChunkPlan* chunks = plan.chunks.data();
+  for (int64_t r0 = 0; r0 < b.n;) {
+    const int64_t r1 = b.table_run_end(r0);
+    const float* cs = static_cast<const float*>(b.cos[r0]);
+    const float* sn = static_cast<const float*>(b.sin[r0]);
+    const ChunkTables<NC> regs(cs, sn);
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* x = static_cast<const T*>(b.x[r]);
+      T* out = static_cast<T*>(b.out[r]);
+      if (const void* ahead = b.row_ahead(r, kPrefetchRows)) prefetch_row(ahead, D * sizeof(T));
+      // Non-temporal stores need every chunk aligned to its own size.
+      const bool stream = b.stream_out && (reinterpret_cast<uintptr_t>(out) % (kLanes * sizeof(T))) == 0;
+      const __mmask16 fixup = stream ? direct_row_regs<T, NC, true>(chunks, x, out, regs)
+                                     : direct_row_regs<T, NC, false>(chunks, x, out, regs);
+      if (fixup != 0) {  // rare: subnormal or NaN results
+        if (stream) {
+          direct_row<T, true, true, true>(chunks, D, D, x, out, cs, sn);
+        } else {
+          direct_row<T, true, false, true>(chunks, D, D, x, out, cs, sn);
+        }
+      }
+    }
+    r0 = r1;
+  }
+  if (b.stream_out) _mm_sfence();  // order the non-temporal stores before the batch ends
 }
 
 template <typename T>
@@ -272,6 +332,19 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   const int64_t D = plan.D, Dp = plan.Dp;
   const ChunkPlan* chunks = plan.chunks.data();
   const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
+  if (full) {
+    switch (D / kLanes) {
+      case 1: return perm_rows_direct_regs<T, 1>(plan, b);
+      case 2: return perm_rows_direct_regs<T, 2>(plan, b);
+      case 3: return perm_rows_direct_regs<T, 3>(plan, b);
+      case 4: return perm_rows_direct_regs<T, 4>(plan, b);
+      case 5: return perm_rows_direct_regs<T, 5>(plan, b);
+      case 6: return perm_rows_direct_regs<T, 6>(plan, b);
+      case 7: return perm_rows_direct_regs<T, 7>(plan, b);
+      case 8: return perm_rows_direct_regs<T, 8>(plan, b);
+      default: break;
+    }
+  }
   for (int64_t r = 0; r < b.n; ++r) {
     const auto [x, out, cs, sn] = BatchRow<T, float>(b, r);
     if (const void* ahead = b.row_ahead(r, kPrefetchRows)) prefetch_row(ahead, D * sizeof(T));
@@ -505,95 +578,155 @@ inline PairShape pair_shape(const std::vector<PairGroupPlan>& groups) {
   return swapped ? PairShape::kAllSwapped : offset ? PairShape::kAllOffset : PairShape::kMixed;
 }
 
-// One row; returns the subnormal- or NaN-result lanes when unchecked with AVX512_BF16 (then the caller
-// redoes the row checked), else 0.
+// One group g of 32 elements of a row, with the group's table values (even and odd halves of cos
+// and sin); ORs the subnormal- or NaN-result lanes into `fixup` when unchecked with AVX512_BF16.
+template <PairShape kShape, bool kStream, bool kChecked>
+inline void pair_group(const PairGroupPlan& gp, int64_t g, const c10::BFloat16* x, c10::BFloat16* out,
+                       __m512 ce, __m512 co, __m512 se, __m512 so, __mmask16& fixup) {
+  const __m512i own = _mm512_loadu_si512(x + g * 2 * kLanes);
+  const __m512 xe = even_fp32(own), xo = odd_fp32(own);
+  __m512 pe, po;
+  if (kShape == PairShape::kAllSwapped ||
+      (kShape == PairShape::kMixed && gp.kind == static_cast<int32_t>(PairKind::kSame) &&
+       gp.swap == 0xFFFFu && gp.nonzero == 0xFFFFFFFFu)) {
+    pe = xo;  // interleave: each element's partner is the other one of its pair
+    po = xe;
+  } else if (kShape == PairShape::kAllOffset) {
+    const __m512i p = _mm512_loadu_si512(x + gp.start);
+    pe = even_fp32(p);
+    po = odd_fp32(p);
+  } else {
+    __m512i p = pair_partners(gp, x, own);
+    if (gp.swap != 0) p = _mm512_mask_rol_epi32(p, static_cast<__mmask16>(gp.swap), p, 16);
+    if (gp.nonzero != 0xFFFFFFFFu) p = _mm512_maskz_mov_epi16(gp.nonzero, p);
+    pe = even_fp32(p);
+    po = odd_fp32(p);
+  }
+  const __m512 re = _mm512_add_ps(_mm512_mul_ps(xe, ce), _mm512_mul_ps(pe, se));
+  const __m512 ro = _mm512_add_ps(_mm512_mul_ps(xo, co), _mm512_mul_ps(po, so));
+  __m512i bits;
+#ifdef NPU_OPS_NATIVE_BF16
+  if constexpr (kChecked) {
+    bits = pair_bits_exact(re, ro);
+  } else {
+    fixup = _kor_mask16(fixup, _kor_mask16(_mm512_fpclass_ps_mask(re, kFixupClasses), _mm512_fpclass_ps_mask(ro, kFixupClasses)));
+    bits = pair_bits_native(re, ro);
+  }
+#else
+  (void)fixup;
+  bits = pair_bits_exact(re, ro);
+#endif
+  if constexpr (kStream) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(out + g * 2 * kLanes), bits);
+  } else {
+    _mm512_storeu_si512(out + g * 2 * kLanes, bits);
+  }
+}
+
+// One row, its table values read from memory; returns the subnormal- or NaN-result lanes when
+// unchecked with AVX512_BF16 (then the caller redoes the row checked), else 0.
 template <PairShape kShape, bool kStream, bool kChecked>
 inline uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
                          c10::BFloat16* out, const float* cs, const float* sn) {
   __mmask16 fixup = 0;
   for (int64_t g = 0; g < ngroups; ++g) {
-    const PairGroupPlan& gp = groups[g];
-    const __m512i own = _mm512_loadu_si512(x + g * 2 * kLanes);
-    const __m512 xe = even_fp32(own), xo = odd_fp32(own);
-    __m512 pe, po;
-    if (kShape == PairShape::kAllSwapped ||
-        (kShape == PairShape::kMixed && gp.kind == static_cast<int32_t>(PairKind::kSame) &&
-         gp.swap == 0xFFFFu && gp.nonzero == 0xFFFFFFFFu)) {
-      pe = xo;  // interleave: each element's partner is the other one of its pair
-      po = xe;
-    } else if (kShape == PairShape::kAllOffset) {
-      const __m512i p = _mm512_loadu_si512(x + gp.start);
-      pe = even_fp32(p);
-      po = odd_fp32(p);
-    } else {
-      __m512i p = pair_partners(gp, x, own);
-      if (gp.swap != 0) p = _mm512_mask_rol_epi32(p, static_cast<__mmask16>(gp.swap), p, 16);
-      if (gp.nonzero != 0xFFFFFFFFu) p = _mm512_maskz_mov_epi16(gp.nonzero, p);
-      pe = even_fp32(p);
-      po = odd_fp32(p);
-    }
     const float* c = cs + g * 2 * kLanes;
     const float* s = sn + g * 2 * kLanes;
-    const __m512 re = _mm512_add_ps(_mm512_mul_ps(xe, _mm512_loadu_ps(c)), _mm512_mul_ps(pe, _mm512_loadu_ps(s)));
-    const __m512 ro = _mm512_add_ps(_mm512_mul_ps(xo, _mm512_loadu_ps(c + kLanes)),
-                                    _mm512_mul_ps(po, _mm512_loadu_ps(s + kLanes)));
-    __m512i bits;
-#ifdef NPU_OPS_NATIVE_BF16
-    if constexpr (kChecked) {
-      bits = pair_bits_exact(re, ro);
-    } else {
-      fixup = _kor_mask16(fixup, _kor_mask16(_mm512_fpclass_ps_mask(re, kFixupClasses), _mm512_fpclass_ps_mask(ro, kFixupClasses)));
-      bits = pair_bits_native(re, ro);
-    }
-#else
-    bits = pair_bits_exact(re, ro);
-#endif
-    if constexpr (kStream) {
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + g * 2 * kLanes), bits);
-    } else {
-      _mm512_storeu_si512(out + g * 2 * kLanes, bits);
-    }
+    pair_group<kShape, kStream, kChecked>(groups[g], g, x, out, _mm512_loadu_ps(c), _mm512_loadu_ps(c + kLanes),
+                                          _mm512_loadu_ps(s), _mm512_loadu_ps(s + kLanes), fixup);
   }
   return fixup;
 }
 
-template <PairShape kShape, bool kStream>
-inline void pair_row_exact(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
-                           c10::BFloat16* out, const float* cs, const float* sn) {
-  if (pair_row<kShape, kStream, false>(groups, ngroups, x, out, cs, sn) != 0) {
-    pair_row<kShape, kStream, true>(groups, ngroups, x, out, cs, sn);  // rare: subnormal or NaN results
+// The table rows of one run in registers, for D = 32 * NG (NG <= 4: 4 * NG of the 32 vector
+// registers), so that the rows of a run load only x: a table row is read once per run, not once
+// per row.
+template <int NG>
+struct PairTables {
+  __m512 c[2 * NG], s[2 * NG];
+  PairTables(const float* cs, const float* sn) {
+    for (int i = 0; i < 2 * NG; ++i) {
+      c[i] = _mm512_loadu_ps(cs + i * kLanes);
+      s[i] = _mm512_loadu_ps(sn + i * kLanes);
+    }
   }
+};
+
+template <PairShape kShape, int NG, bool kStream>
+inline uint32_t pair_row_regs(const PairGroupPlan* groups, const c10::BFloat16* x, c10::BFloat16* out,
+                              const PairTables<NG>& t) {
+  __mmask16 fixup = 0;
+  for (int g = 0; g < NG; ++g) {
+    pair_group<kShape, kStream, false>(groups[g], g, x, out, t.c[2 * g], t.c[2 * g + 1], t.s[2 * g],
+                                       t.s[2 * g + 1], fixup);
+  }
+  return fixup;
 }
 
-template <PairShape kShape>
+// pair_rows for NG groups per row (NG = 0: any number, table values read per row).
+template <PairShape kShape, int NG>
 void pair_rows_shaped(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   using T = c10::BFloat16;
   const int64_t D = plan.D, ngroups = D / (2 * kLanes);
   const PairGroupPlan* groups = plan.pair_groups.data();
   T* copy = static_cast<T*>(scratch);
-  for (int64_t r = 0; r < b.n; ++r) {
-    auto [x, out, cs, sn] = BatchRow<T, float>(b, r);
-    if (const void* ahead = b.row_ahead(r, kPrefetchRows)) prefetch_row(ahead, D * sizeof(T));
-    if (b.in_place) {
-      // Partners are read while the row is being written: read them from a copy.
-      std::memcpy(copy, x, D * sizeof(T));
-      x = copy;
+  for (int64_t r0 = 0; r0 < b.n;) {
+    const int64_t r1 = NG > 0 ? b.table_run_end(r0) : r0 + 1;
+    const float* cs = static_cast<const float*>(b.cos[r0]);
+    const float* sn = static_cast<const float*>(b.sin[r0]);
+    const PairTables<(NG > 0 ? NG : 1)> regs(cs, sn);
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* x = static_cast<const T*>(b.x[r]);
+      T* out = static_cast<T*>(b.out[r]);
+      if (const void* ahead = b.row_ahead(r, kPrefetchRows)) prefetch_row(ahead, D * sizeof(T));
+      if (b.in_place) {
+        // Partners are read while the row is being written: read them from a copy.
+        std::memcpy(copy, x, D * sizeof(T));
+        x = copy;
+      }
+      const bool stream = b.stream_out && (reinterpret_cast<uintptr_t>(out) % 64) == 0;
+      uint32_t fixup;
+      if constexpr (NG > 0) {
+        fixup = stream ? pair_row_regs<kShape, NG, true>(groups, x, out, regs)
+                       : pair_row_regs<kShape, NG, false>(groups, x, out, regs);
+      } else {
+        fixup = stream ? pair_row<kShape, true, false>(groups, ngroups, x, out, cs, sn)
+                       : pair_row<kShape, false, false>(groups, ngroups, x, out, cs, sn);
+      }
+      if (fixup != 0) {  // rare: subnormal or NaN results
+        if (stream) {
+          pair_row<kShape, true, true>(groups, ngroups, x, out, cs, sn);
+        } else {
+          pair_row<kShape, false, true>(groups, ngroups, x, out, cs, sn);
+        }
+      }
     }
-    if (b.stream_out && (reinterpret_cast<uintptr_t>(out) % 64) == 0) {
-      pair_row_exact<kShape, true>(groups, ngroups, x, out, cs, sn);
-    } else {
-      pair_row_exact<kShape, false>(groups, ngroups, x, out, cs, sn);
-    }
+    r0 = r1;
   }
   if (b.stream_out) _mm_sfence();
+}
+
+// Tables in registers where every group is an offset load or its own pairs swapped; mixed plans
+// (permutes from up to four groups: the 3D modes) need those registers for their sources and
+// index vectors, and read the tables per row (measured: 3D 44+44+40 bf16 was slower with them).
+template <PairShape kShape>
+void pair_rows_sized(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+  if (kShape == PairShape::kMixed) return pair_rows_shaped<kShape, 0>(plan, b, scratch);
+  switch (plan.D / (2 * kLanes)) {
+    case 1: return pair_rows_shaped<kShape, 1>(plan, b, scratch);
+    case 2: return pair_rows_shaped<kShape, 2>(plan, b, scratch);
+    case 3: return pair_rows_shaped<kShape, 3>(plan, b, scratch);
+    case 4: return pair_rows_shaped<kShape, 4>(plan, b, scratch);
+    default: return pair_rows_shaped<kShape, 0>(plan, b, scratch);
+  }
 }
 
 // bf16 x with a pair plan; the tables come from pair_table_row.
 void pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   switch (pair_shape(plan.pair_groups)) {
-    case PairShape::kAllSwapped: return pair_rows_shaped<PairShape::kAllSwapped>(plan, b, scratch);
-    case PairShape::kAllOffset: return pair_rows_shaped<PairShape::kAllOffset>(plan, b, scratch);
-    default: return pair_rows_shaped<PairShape::kMixed>(plan, b, scratch);
+    case PairShape::kAllSwapped: return pair_rows_sized<PairShape::kAllSwapped>(plan, b, scratch);
+    case PairShape::kAllOffset: return pair_rows_sized<PairShape::kAllOffset>(plan, b, scratch);
+    default: return pair_rows_sized<PairShape::kMixed>(plan, b, scratch);
   }
 }
 

@@ -553,6 +553,7 @@ def test_hf_partial_rotary_factor():
 def test_rotary_embedding_from_hf_config_matches_hf_module(name):
     """Tables of RotaryEmbedding.from_hf_config against the cos/sin of HF's own rotary module
     (float32 angles in HF, float64 here)."""
+    pytest.importorskip("transformers")
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
     params, kw, _ = HF_ROPES[name]
