@@ -153,6 +153,13 @@ struct Workspace {
   std::vector<int64_t> tidx, bidx;
 };
 
+// The calling thread's Workspace (not inlined: the caller then holds its address in a register
+// instead of looking the thread-local variable up again at every use).
+__attribute__((noinline)) Workspace& thread_workspace() {
+  thread_local Workspace ws;
+  return ws;
+}
+
 template <typename V>
 void grow(V& v, size_t n) {
   if (v.size() < n) v.resize(n);
@@ -199,7 +206,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
   at::parallel_for(0, items, elems < kMinParallelElems ? items : 1, [&](int64_t begin, int64_t end) {
     const int64_t scratch_len = kScratchRows * (Dp + kLanes) * static_cast<int64_t>(sizeof(double));
     const int64_t tab_len = 2 * R * Dp;
-    thread_local Workspace ws;
+    Workspace& ws = thread_workspace();
     grow(ws.mem, static_cast<size_t>(scratch_len + tab_len * static_cast<int64_t>(sizeof(C)) + 64));
     char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws.mem.data()) + 63) & ~uintptr_t(63));
     void* scratch = aligned;
@@ -286,32 +293,40 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
       const size_t nbatches = ranges.size();
       // Calls f(row index in the batch, position, table row) for every row of batch t; returns
       // the batch's row count.
-      const auto for_rows = [&](size_t t, auto&& f) -> int64_t {
+      // Fills rows[r * hn + h] = base_h + off[r] for every position h of batch t (row r * hn + h is
+      // table row r of position h); returns the batch's row count.
+      const auto fill_rows = [&](size_t t, bool is_x, auto* rows) -> int64_t {
         const auto [p0, p1] = ranges[t];
         const int64_t hn = static_cast<int64_t>(p1 - p0);
         for (int64_t h = 0; h < hn; ++h) {
-          for (int64_t r = 0; r < nr; ++r) f(r * hn + h, positions[p0 + h], r);
+          const Position& pos = positions[p0 + h];
+          const Operand& o = ops[pos.op];
+          const int64_t* off = (is_x ? xt_off : ot_off) + pos.op * R;
+          char* base = is_x ? const_cast<char*>(o.x_base) + pos.x_off : o.out_base + pos.out_off;
+          for (int64_t r = 0; r < nr; ++r) rows[r * hn + h] = base + off[r];
         }
         return nr * hn;
       };
-      const auto fill_x = [&](size_t t, std::vector<const void*>& xr) {
-        return for_rows(t, [&](int64_t i, const Position& pos, int64_t r) {
-          xr[i] = ops[pos.op].x_base + pos.x_off + xt_off[pos.op * R + r];
-        });
-      };
+      // The table rows of a batch depend only on its number of positions: filled again only when
+      // that changes (the last batch of an operand may have fewer).
+      int64_t tables_hn = 0;
       // Batch t's x rows are filled one batch ahead (as the previous batch's next rows).
-      int64_t n = nbatches > 0 ? fill_x(0, bx[0]) : 0;
+      int64_t n = nbatches > 0 ? fill_rows(0, true, bx[0].data()) : 0;
       for (size_t t = 0; t < nbatches; ++t) {
         std::vector<const void*>& xr = bx[t % 2];
         std::vector<const void*>& next = bx[(t + 1) % 2];
-        for_rows(t, [&](int64_t i, const Position& pos, int64_t r) {
-          bout[i] = ops[pos.op].out_base + pos.out_off + ot_off[pos.op * R + r];
-          bcos[i] = cosrow[r];
-          bsin[i] = sinrow[r];
-        });
+        fill_rows(t, false, bout);
+        const int64_t hn = static_cast<int64_t>(ranges[t].second - ranges[t].first);
+        if (hn != tables_hn) {
+          for (int64_t r = 0; r < nr; ++r) {
+            std::fill_n(bcos + r * hn, hn, cosrow[r]);
+            std::fill_n(bsin + r * hn, hn, sinrow[r]);
+          }
+          tables_hn = hn;
+        }
         RowBatch rb{n, xr.data(), bout, bcos, bsin, stream, in_place};
         if (t + 1 < nbatches) {
-          rb.next_n = fill_x(t + 1, next);
+          rb.next_n = fill_rows(t + 1, true, next.data());
           rb.next_x = next.data();
         }
         k.rows(plan, rb, scratch);

@@ -30,15 +30,6 @@ struct RowBatch {
     if (i < n) return x[i];
     return i - n < next_n ? next_x[i - n] : nullptr;
   }
-
-  // The end of the run of rows from r on that read the same table rows (the driver orders a batch
-  // by table row, so every head's row for one table row comes one after another): a kernel can
-  // load those table rows once for the run.
-  int64_t table_run_end(int64_t r) const {
-    int64_t e = r + 1;
-    while (e < n && cos[e] == cos[r] && sin[e] == sin[r]) ++e;
-    return e;
-  }
 };
 
 // Row r of a batch with its element types: `const auto [x, out, cs, sn] = BatchRow<T, C>(b, r);`

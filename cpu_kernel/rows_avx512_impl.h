@@ -27,6 +27,13 @@ namespace cpu {
 
 namespace NPU_OPS_AVX512_NS {
 
+// The per-chunk and per-group steps and the row bodies built from them are inlined into the row
+// loops whatever the compiler's size heuristics say: a call per chunk passes its vectors through
+// memory (measured: the fp16/fp32 streaming rows were left as calls).
+#ifndef NPU_OPS_ROW_INLINE
+#define NPU_OPS_ROW_INLINE inline __attribute__((always_inline))
+#endif
+
 inline __mmask16 lane_mask(int64_t n) {
   return n >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
 }
@@ -153,6 +160,15 @@ struct Io<c10::Half> {
   static void stream_unchecked(c10::Half* p, __m512 v) { stream(p, v); }
 };
 
+// The end of the run of rows from r on that read the same table rows (the driver orders a batch
+// by table row, so every head's row for one table row comes one after another): the kernels load
+// those table rows once per run.
+NPU_OPS_ROW_INLINE int64_t table_run_end(const RowBatch& b, int64_t r) {
+  int64_t e = r + 1;
+  while (e < b.n && b.cos[e] == b.cos[r] && b.sin[e] == b.sin[r]) ++e;
+  return e;
+}
+
 // Loads row x (D elements) into the fp32 buffer xf, zero-padded to Dp + 16.
 template <typename T>
 inline void load_row(const T* x, float* xf, int64_t D, int64_t Dp) {
@@ -195,12 +211,31 @@ inline __m512 partners(const ChunkPlan& c, const float* xf) {
   }
 }
 
+// Stores the 16 results r of one chunk (lanes m) as T; see direct_chunk for kStream, kChecked, fixup.
+template <typename T, bool kStream, bool kChecked>
+NPU_OPS_ROW_INLINE void chunk_store(T* out, __m512 r, __mmask16 m, __mmask16& fixup) {
+  if constexpr (kChecked) {
+    if constexpr (kStream) {
+      Io<T>::stream(out, r);
+    } else {
+      Io<T>::store(out, r, m);
+    }
+  } else {
+    if constexpr (Io<T>::kMayNeedFixup) fixup |= Io<T>::needs_fixup(r) & m;
+    if constexpr (kStream) {
+      Io<T>::stream_unchecked(out, r);
+    } else {
+      Io<T>::store_unchecked(out, r, m);
+    }
+  }
+}
+
 // Chunk c (elements j = 16c ..) of one row of perm_rows_direct, with the chunk's cos and sin
 // values. kFull: D is a multiple of 16 (no masks); kStream: non-temporal stores; kChecked: round
 // through the always-exact path. Unchecked, it ORs into `fixup` the lanes whose rounding needs the
 // checked path (subnormal or NaN results with AVX512_BF16), so the caller can redo the row.
 template <typename T, bool kFull, bool kStream, bool kChecked>
-inline void direct_chunk(const ChunkPlan& cp, int64_t j, int64_t D, const T* x, T* out, __m512 cv, __m512 sv,
+NPU_OPS_ROW_INLINE void direct_chunk(const ChunkPlan& cp, int64_t j, int64_t D, const T* x, T* out, __m512 cv, __m512 sv,
                          __mmask16& fixup) {
   const __mmask16 m = kFull ? static_cast<__mmask16>(0xFFFF) : lane_mask(D - j);
   const __m512 xc = Io<T>::load(x + j, m);
@@ -227,27 +262,13 @@ inline void direct_chunk(const ChunkPlan& cp, int64_t j, int64_t D, const T* x, 
       xp = _mm512_maskz_permutex2var_ps(nz, va, idx, vb);
     }
   }
-  const __m512 r = _mm512_add_ps(_mm512_mul_ps(xc, cv), _mm512_mul_ps(xp, sv));
-  if constexpr (kChecked) {
-    if constexpr (kStream) {
-      Io<T>::stream(out + j, r);
-    } else {
-      Io<T>::store(out + j, r, m);
-    }
-  } else {
-    if constexpr (Io<T>::kMayNeedFixup) fixup |= Io<T>::needs_fixup(r) & m;
-    if constexpr (kStream) {
-      Io<T>::stream_unchecked(out + j, r);
-    } else {
-      Io<T>::store_unchecked(out + j, r, m);
-    }
-  }
+  chunk_store<T, kStream, kChecked>(out + j, _mm512_add_ps(_mm512_mul_ps(xc, cv), _mm512_mul_ps(xp, sv)), m, fixup);
 }
 
 // One row of perm_rows_direct, its table values read from memory; unchecked, returns the lanes
 // that need the checked path, checked 0.
 template <typename T, bool kFull, bool kStream, bool kChecked>
-inline __mmask16 direct_row(const ChunkPlan* chunks, int64_t D, int64_t Dp, const T* x, T* out,
+NPU_OPS_ROW_INLINE __mmask16 direct_row(const ChunkPlan* chunks, int64_t D, int64_t Dp, const T* x, T* out,
                             const float* cs, const float* sn) {
   __mmask16 fixup = 0;
   for (int64_t j = 0, c = 0; j < Dp; j += kLanes, ++c) {
@@ -279,7 +300,7 @@ struct ChunkTables {
 };
 
 template <typename T, int NC, bool kStream>
-inline __mmask16 direct_row_regs(const ChunkPlan* chunks, const T* x, T* out, const ChunkTables<NC>& t) {
+NPU_OPS_ROW_INLINE __mmask16 direct_row_regs(const ChunkPlan* chunks, const T* x, T* out, const ChunkTables<NC>& t) {
   __mmask16 fixup = 0;
   for (int c = 0; c < NC; ++c) {
     direct_chunk<T, true, kStream, false>(chunks[c], c * kLanes, NC * kLanes, x, out, t.c[c], t.s[c], fixup);
@@ -287,14 +308,40 @@ inline __mmask16 direct_row_regs(const ChunkPlan* chunks, const T* x, T* out, co
   return fixup;
 }
 
+// The half rotation (chunk c's partners are chunk c + NC/2 mod NC, in order: rotate_half of one
+// section): every chunk of the row is loaded and converted once, into registers, and serves as
+// its own chunk and as its partner's partner.
+template <typename T, int NC, bool kStream>
+NPU_OPS_ROW_INLINE __mmask16 half_row_regs(const T* x, T* out, const ChunkTables<NC>& t) {
+  __m512 xv[NC];
+  for (int c = 0; c < NC; ++c) xv[c] = Io<T>::load(x + c * kLanes, 0xFFFF);
+  __mmask16 fixup = 0;
+  for (int c = 0; c < NC; ++c) {
+    const __m512 r = _mm512_add_ps(_mm512_mul_ps(xv[c], t.c[c]), _mm512_mul_ps(xv[(c + NC / 2) % NC], t.s[c]));
+    chunk_store<T, kStream, false>(out + c * kLanes, r, 0xFFFF, fixup);
+  }
+  return fixup;
+}
+
+// Whether a chunk plan is the half rotation of half_row_regs.
+inline bool is_half_rotation(const std::vector<ChunkPlan>& chunks) {
+  const size_t nc = chunks.size();
+  bool half = nc % 2 == 0;
+  for (size_t c = 0; c < nc && half; ++c) {
+    half = chunks[c].kind == static_cast<int32_t>(ChunkKind::kOffset) && chunks[c].nonzero_mask == 0xFFFFu &&
+           chunks[c].start == static_cast<int32_t>(((c + nc / 2) % nc) * kLanes);
+  }
+  return half;
+}
+
 // perm_rows_direct for D = 16 * NC with NC in 1..8: each run of rows that share their table rows
-// loads them into registers once.
-template <typename T, int NC>
+// loads them into registers once. kHalf: the plan is the half rotation (half_row_regs).
+template <typename T, int NC, bool kHalf = false>
 void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b) {
   const int64_t D = plan.D;
   const ChunkPlan* chunks = plan.chunks.data();
   for (int64_t r0 = 0; r0 < b.n;) {
-    const int64_t r1 = b.table_run_end(r0);
+    const int64_t r1 = table_run_end(b, r0);
     const float* cs = static_cast<const float*>(b.cos[r0]);
     const float* sn = static_cast<const float*>(b.sin[r0]);
     const ChunkTables<NC> regs(cs, sn);
@@ -304,8 +351,13 @@ void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b) {
       if (const void* ahead = b.row_ahead(r, kPrefetchRows)) prefetch_row(ahead, D * sizeof(T));
       // Non-temporal stores need every chunk aligned to its own size.
       const bool stream = b.stream_out && (reinterpret_cast<uintptr_t>(out) % (kLanes * sizeof(T))) == 0;
-      const __mmask16 fixup = stream ? direct_row_regs<T, NC, true>(chunks, x, out, regs)
-                                     : direct_row_regs<T, NC, false>(chunks, x, out, regs);
+      __mmask16 fixup;
+      if constexpr (kHalf) {
+        fixup = stream ? half_row_regs<T, NC, true>(x, out, regs) : half_row_regs<T, NC, false>(x, out, regs);
+      } else {
+        fixup = stream ? direct_row_regs<T, NC, true>(chunks, x, out, regs)
+                       : direct_row_regs<T, NC, false>(chunks, x, out, regs);
+      }
       if (fixup != 0) {  // rare: subnormal or NaN results
         if (stream) {
           direct_row<T, true, true, true>(chunks, D, D, x, out, cs, sn);
@@ -332,6 +384,15 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   const int64_t D = plan.D, Dp = plan.Dp;
   const ChunkPlan* chunks = plan.chunks.data();
   const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
+  if (full && is_half_rotation(plan.chunks)) {
+    switch (D / kLanes) {
+      case 2: return perm_rows_direct_regs<T, 2, true>(plan, b);
+      case 4: return perm_rows_direct_regs<T, 4, true>(plan, b);
+      case 6: return perm_rows_direct_regs<T, 6, true>(plan, b);
+      case 8: return perm_rows_direct_regs<T, 8, true>(plan, b);
+      default: break;
+    }
+  }
   if (full) {
     switch (D / kLanes) {
       case 1: return perm_rows_direct_regs<T, 1>(plan, b);
@@ -567,43 +628,25 @@ inline __m512i pair_bits_native(__m512 even, __m512 odd) {
 
 // What every group of a pair plan does, when they all do the same (most modes): the row loop
 // then has no per-group branches.
-enum class PairShape { kMixed, kAllSwapped, kAllOffset };
+// kHalfRotation: offset loads where group g's partners are group g + NG/2 mod NG (rotate_half).
+enum class PairShape { kMixed, kAllSwapped, kAllOffset, kHalfRotation };
 
 inline PairShape pair_shape(const std::vector<PairGroupPlan>& groups) {
-  bool swapped = true, offset = true;
-  for (const PairGroupPlan& g : groups) {
+  const size_t ng = groups.size();
+  bool swapped = true, offset = true, half = ng % 2 == 0;
+  for (size_t i = 0; i < ng; ++i) {
+    const PairGroupPlan& g = groups[i];
     swapped = swapped && g.kind == static_cast<int32_t>(PairKind::kSame) && g.swap == 0xFFFFu && g.nonzero == 0xFFFFFFFFu;
     offset = offset && g.kind == static_cast<int32_t>(PairKind::kOffset) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
+    half = half && g.start == static_cast<int32_t>(((i + ng / 2) % ng) * 2 * kLanes);
   }
+  if (offset && half) return PairShape::kHalfRotation;
   return swapped ? PairShape::kAllSwapped : offset ? PairShape::kAllOffset : PairShape::kMixed;
 }
 
-// One group g of 32 elements of a row, with the group's table values (even and odd halves of cos
-// and sin); ORs the subnormal- or NaN-result lanes into `fixup` when unchecked with AVX512_BF16.
-template <PairShape kShape, bool kStream, bool kChecked>
-inline void pair_group(const PairGroupPlan& gp, int64_t g, const c10::BFloat16* x, c10::BFloat16* out,
-                       __m512 ce, __m512 co, __m512 se, __m512 so, __mmask16& fixup) {
-  const __m512i own = _mm512_loadu_si512(x + g * 2 * kLanes);
-  const __m512 xe = even_fp32(own), xo = odd_fp32(own);
-  __m512 pe, po;
-  if (kShape == PairShape::kAllSwapped ||
-      (kShape == PairShape::kMixed && gp.kind == static_cast<int32_t>(PairKind::kSame) &&
-       gp.swap == 0xFFFFu && gp.nonzero == 0xFFFFFFFFu)) {
-    pe = xo;  // interleave: each element's partner is the other one of its pair
-    po = xe;
-  } else if (kShape == PairShape::kAllOffset) {
-    const __m512i p = _mm512_loadu_si512(x + gp.start);
-    pe = even_fp32(p);
-    po = odd_fp32(p);
-  } else {
-    __m512i p = pair_partners(gp, x, own);
-    if (gp.swap != 0) p = _mm512_mask_rol_epi32(p, static_cast<__mmask16>(gp.swap), p, 16);
-    if (gp.nonzero != 0xFFFFFFFFu) p = _mm512_maskz_mov_epi16(gp.nonzero, p);
-    pe = even_fp32(p);
-    po = odd_fp32(p);
-  }
-  const __m512 re = _mm512_add_ps(_mm512_mul_ps(xe, ce), _mm512_mul_ps(pe, se));
-  const __m512 ro = _mm512_add_ps(_mm512_mul_ps(xo, co), _mm512_mul_ps(po, so));
+// Rounds a group's even and odd fp32 results to 32 bf16 and stores them; see pair_group.
+template <bool kStream, bool kChecked>
+NPU_OPS_ROW_INLINE void pair_store(c10::BFloat16* out, __m512 re, __m512 ro, __mmask16& fixup) {
   __m512i bits;
 #ifdef NPU_OPS_NATIVE_BF16
   if constexpr (kChecked) {
@@ -617,16 +660,44 @@ inline void pair_group(const PairGroupPlan& gp, int64_t g, const c10::BFloat16* 
   bits = pair_bits_exact(re, ro);
 #endif
   if constexpr (kStream) {
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(out + g * 2 * kLanes), bits);
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(out), bits);
   } else {
-    _mm512_storeu_si512(out + g * 2 * kLanes, bits);
+    _mm512_storeu_si512(out, bits);
   }
+}
+
+// One group g of 32 elements of a row, with the group's table values (even and odd halves of cos
+// and sin); ORs the subnormal- or NaN-result lanes into `fixup` when unchecked with AVX512_BF16.
+template <PairShape kShape, bool kStream, bool kChecked>
+NPU_OPS_ROW_INLINE void pair_group(const PairGroupPlan& gp, int64_t g, const c10::BFloat16* x, c10::BFloat16* out,
+                       __m512 ce, __m512 co, __m512 se, __m512 so, __mmask16& fixup) {
+  const __m512i own = _mm512_loadu_si512(x + g * 2 * kLanes);
+  const __m512 xe = even_fp32(own), xo = odd_fp32(own);
+  __m512 pe, po;
+  if (kShape == PairShape::kAllSwapped ||
+      (kShape == PairShape::kMixed && gp.kind == static_cast<int32_t>(PairKind::kSame) &&
+       gp.swap == 0xFFFFu && gp.nonzero == 0xFFFFFFFFu)) {
+    pe = xo;  // interleave: each element's partner is the other one of its pair
+    po = xe;
+  } else if (kShape == PairShape::kAllOffset || kShape == PairShape::kHalfRotation) {
+    const __m512i p = _mm512_loadu_si512(x + gp.start);
+    pe = even_fp32(p);
+    po = odd_fp32(p);
+  } else {
+    __m512i p = pair_partners(gp, x, own);
+    if (gp.swap != 0) p = _mm512_mask_rol_epi32(p, static_cast<__mmask16>(gp.swap), p, 16);
+    if (gp.nonzero != 0xFFFFFFFFu) p = _mm512_maskz_mov_epi16(gp.nonzero, p);
+    pe = even_fp32(p);
+    po = odd_fp32(p);
+  }
+  pair_store<kStream, kChecked>(out + g * 2 * kLanes, _mm512_add_ps(_mm512_mul_ps(xe, ce), _mm512_mul_ps(pe, se)),
+                                _mm512_add_ps(_mm512_mul_ps(xo, co), _mm512_mul_ps(po, so)), fixup);
 }
 
 // One row, its table values read from memory; returns the subnormal- or NaN-result lanes when
 // unchecked with AVX512_BF16 (then the caller redoes the row checked), else 0.
 template <PairShape kShape, bool kStream, bool kChecked>
-inline uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
+NPU_OPS_ROW_INLINE uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
                          c10::BFloat16* out, const float* cs, const float* sn) {
   __mmask16 fixup = 0;
   for (int64_t g = 0; g < ngroups; ++g) {
@@ -653,9 +724,27 @@ struct PairTables {
 };
 
 template <PairShape kShape, int NG, bool kStream>
-inline uint32_t pair_row_regs(const PairGroupPlan* groups, const c10::BFloat16* x, c10::BFloat16* out,
+NPU_OPS_ROW_INLINE uint32_t pair_row_regs(const PairGroupPlan* groups, const c10::BFloat16* x, c10::BFloat16* out,
                               const PairTables<NG>& t) {
   __mmask16 fixup = 0;
+  if constexpr (kShape == PairShape::kHalfRotation) {
+    // Every group of the row is loaded and split once, and serves as its own group and as the
+    // partners of group g + NG/2.
+    __m512 xe[NG], xo[NG];
+    for (int g = 0; g < NG; ++g) {
+      const __m512i own = _mm512_loadu_si512(x + g * 2 * kLanes);
+      xe[g] = even_fp32(own);
+      xo[g] = odd_fp32(own);
+    }
+    for (int g = 0; g < NG; ++g) {
+      const int p = (g + NG / 2) % NG;
+      pair_store<kStream, false>(out + g * 2 * kLanes,
+                                 _mm512_add_ps(_mm512_mul_ps(xe[g], t.c[2 * g]), _mm512_mul_ps(xe[p], t.s[2 * g])),
+                                 _mm512_add_ps(_mm512_mul_ps(xo[g], t.c[2 * g + 1]), _mm512_mul_ps(xo[p], t.s[2 * g + 1])),
+                                 fixup);
+    }
+    return fixup;
+  }
   for (int g = 0; g < NG; ++g) {
     pair_group<kShape, kStream, false>(groups[g], g, x, out, t.c[2 * g], t.c[2 * g + 1], t.s[2 * g],
                                        t.s[2 * g + 1], fixup);
@@ -671,7 +760,7 @@ void pair_rows_shaped(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   const PairGroupPlan* groups = plan.pair_groups.data();
   T* copy = static_cast<T*>(scratch);
   for (int64_t r0 = 0; r0 < b.n;) {
-    const int64_t r1 = NG > 0 ? b.table_run_end(r0) : r0 + 1;
+    const int64_t r1 = NG > 0 ? table_run_end(b, r0) : r0 + 1;
     const float* cs = static_cast<const float*>(b.cos[r0]);
     const float* sn = static_cast<const float*>(b.sin[r0]);
     const PairTables<(NG > 0 ? NG : 1)> regs(cs, sn);
@@ -726,6 +815,7 @@ void pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   switch (pair_shape(plan.pair_groups)) {
     case PairShape::kAllSwapped: return pair_rows_sized<PairShape::kAllSwapped>(plan, b, scratch);
     case PairShape::kAllOffset: return pair_rows_sized<PairShape::kAllOffset>(plan, b, scratch);
+    case PairShape::kHalfRotation: return pair_rows_sized<PairShape::kHalfRotation>(plan, b, scratch);
     default: return pair_rows_sized<PairShape::kMixed>(plan, b, scratch);
   }
 }
