@@ -323,6 +323,23 @@ NPU_OPS_ROW_INLINE __mmask16 half_row_regs(const T* x, T* out, const ChunkTables
   return fixup;
 }
 
+// The interleave rotation (every partner is j ^ 1: the other element of its pair): one in-lane
+// swap of each chunk, no index vector.
+template <typename T, int NC, bool kStream>
+NPU_OPS_ROW_INLINE __mmask16 swap_row_regs(const T* x, T* out, const ChunkTables<NC>& t) {
+  __mmask16 fixup = 0;
+  for (int c = 0; c < NC; ++c) {
+    const __m512 xc = Io<T>::load(x + c * kLanes, 0xFFFF);
+    const __m512 xp = _mm512_permute_ps(xc, 0xB1);  // lanes (1, 0, 3, 2) of every 128-bit lane
+    chunk_store<T, kStream, false>(out + c * kLanes, _mm512_add_ps(_mm512_mul_ps(xc, t.c[c]), _mm512_mul_ps(xp, t.s[c])),
+                                   0xFFFF, fixup);
+  }
+  return fixup;
+}
+
+// Which specialised row perm_rows_direct_regs takes.
+enum class ChunkShape { kAny, kHalf, kSwap };
+
 // Whether a chunk plan is the half rotation of half_row_regs.
 inline bool is_half_rotation(const std::vector<ChunkPlan>& chunks) {
   const size_t nc = chunks.size();
@@ -335,8 +352,9 @@ inline bool is_half_rotation(const std::vector<ChunkPlan>& chunks) {
 }
 
 // perm_rows_direct for D = 16 * NC with NC in 1..8: each run of rows that share their table rows
-// loads them into registers once. kHalf: the plan is the half rotation (half_row_regs).
-template <typename T, int NC, bool kHalf = false>
+// loads them into registers once. kShape: the plan is the half rotation (half_row_regs) or the
+// interleave swap (swap_row_regs), or any (direct_row_regs).
+template <typename T, int NC, ChunkShape kShape = ChunkShape::kAny>
 void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b) {
   const int64_t D = plan.D;
   const ChunkPlan* chunks = plan.chunks.data();
@@ -352,8 +370,10 @@ void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b) {
       // Non-temporal stores need every chunk aligned to its own size.
       const bool stream = b.stream_out && (reinterpret_cast<uintptr_t>(out) % (kLanes * sizeof(T))) == 0;
       __mmask16 fixup;
-      if constexpr (kHalf) {
+      if constexpr (kShape == ChunkShape::kHalf) {
         fixup = stream ? half_row_regs<T, NC, true>(x, out, regs) : half_row_regs<T, NC, false>(x, out, regs);
+      } else if constexpr (kShape == ChunkShape::kSwap) {
+        fixup = stream ? swap_row_regs<T, NC, true>(x, out, regs) : swap_row_regs<T, NC, false>(x, out, regs);
       } else {
         fixup = stream ? direct_row_regs<T, NC, true>(chunks, x, out, regs)
                        : direct_row_regs<T, NC, false>(chunks, x, out, regs);
@@ -386,10 +406,23 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
   if (full && is_half_rotation(plan.chunks)) {
     switch (D / kLanes) {
-      case 2: return perm_rows_direct_regs<T, 2, true>(plan, b);
-      case 4: return perm_rows_direct_regs<T, 4, true>(plan, b);
-      case 6: return perm_rows_direct_regs<T, 6, true>(plan, b);
-      case 8: return perm_rows_direct_regs<T, 8, true>(plan, b);
+      case 2: return perm_rows_direct_regs<T, 2, ChunkShape::kHalf>(plan, b);
+      case 4: return perm_rows_direct_regs<T, 4, ChunkShape::kHalf>(plan, b);
+      case 6: return perm_rows_direct_regs<T, 6, ChunkShape::kHalf>(plan, b);
+      case 8: return perm_rows_direct_regs<T, 8, ChunkShape::kHalf>(plan, b);
+      default: break;
+    }
+  }
+  if (full && plan.pair_swap) {
+    switch (D / kLanes) {
+      case 1: return perm_rows_direct_regs<T, 1, ChunkShape::kSwap>(plan, b);
+      case 2: return perm_rows_direct_regs<T, 2, ChunkShape::kSwap>(plan, b);
+      case 3: return perm_rows_direct_regs<T, 3, ChunkShape::kSwap>(plan, b);
+      case 4: return perm_rows_direct_regs<T, 4, ChunkShape::kSwap>(plan, b);
+      case 5: return perm_rows_direct_regs<T, 5, ChunkShape::kSwap>(plan, b);
+      case 6: return perm_rows_direct_regs<T, 6, ChunkShape::kSwap>(plan, b);
+      case 7: return perm_rows_direct_regs<T, 7, ChunkShape::kSwap>(plan, b);
+      case 8: return perm_rows_direct_regs<T, 8, ChunkShape::kSwap>(plan, b);
       default: break;
     }
   }
