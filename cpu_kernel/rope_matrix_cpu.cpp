@@ -3,7 +3,8 @@
 // Loop order. The dims of x (all but the last) split into
 //   table dims:     where sin or cos varies (size > 1), e.g. S for [1, 1, S, D] tables;
 //   broadcast dims: where both tables are broadcast, e.g. B and N.
-// Work is cut into blocks of R consecutive table rows. A block converts its cos/sin rows to the
+// Work is cut into blocks of R consecutive table rows (R up to 128 at D = 128, fewer when that
+// gives every thread 8 blocks). A block converts its cos/sin rows to the
 // compute type once (small enough to stay in L2), then runs over every broadcast position (every
 // head and batch, of q and of k) for those R table rows, as the NPU kernel reuses its UB copy of the
 // tables across B*N; a batch takes the rows of four heads in turn, so each table row serves four
@@ -13,10 +14,10 @@
 #include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <algorithm>
-#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,22 +49,28 @@ constexpr int64_t kMaxHeadsPerBatch = 64;
 // at 8 such tokens, 32768 elements, two threads are faster again).
 constexpr int64_t kMinParallelElems = 16 * 1024;
 
+// Per-dim lists of a call: no heap allocation up to this rank (a decode call is a few
+// microseconds, and each allocation a noticeable part of it).
+using Dims = c10::SmallVector<int64_t, 8>;
+
 // One x (and its output) of the call: rope_matrix has one, rope_matrix_qk two.
 struct Operand {
   const char* x_base;
   char* out_base;
   int64_t elem;                        // bytes per element
   // table dims (same list for every operand), strides in elements; any rank
-  std::vector<int64_t> t_xstride, t_ostride;
+  Dims t_xstride, t_ostride;
   // broadcast dims of this operand
   int nb = 0;
-  std::vector<int64_t> b_size, b_xstride, b_ostride;
+  Dims b_size, b_xstride, b_ostride;
   int64_t nbc = 1;                     // number of broadcast positions
 };
 
+using Operands = c10::SmallVector<Operand, 2>;
+
 struct Tables {
   int nt = 0;
-  std::vector<int64_t> t_size, sin_stride, cos_stride;
+  Dims t_size, sin_stride, cos_stride;
   int64_t ntr = 1;  // number of table rows
   const char* sin_base;
   const char* cos_base;
@@ -166,7 +173,7 @@ void grow(V& v, size_t n) {
 }
 
 template <typename C>
-void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>& ops, const Kernels& k,
+void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const Kernels& k,
                 bool stream, bool in_place) {
   const int64_t D = plan.D, Dp = plan.Dp;
   // Enough work items to keep every thread busy. Blocks first: each table row is then converted
@@ -174,8 +181,12 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
   // `want` blocks (a 1.5 MiB call has 256 rows: 16 blocks of 16, not 2 of 128 whose table rows
   // every slice of the heads would convert again) and no more than the tables have (the per-call
   // buffers below are sized by R; a decode call has one table row). Only when there are fewer
-  // table rows than work items are the broadcast positions sliced too.
-  const int64_t want = 8 * static_cast<int64_t>(at::get_num_threads());
+  // table rows than work items are the broadcast positions sliced too. A call small enough to run
+  // on the calling thread wants one item: slices would only convert the same table rows again.
+  int64_t elems = 0;
+  for (const auto& o : ops) elems += o.nbc * tab.ntr * D;
+  const bool parallel = elems >= kMinParallelElems;
+  const int64_t want = parallel ? 8 * static_cast<int64_t>(at::get_num_threads()) : 1;
   const int64_t r_cap = std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1,
                                             kMaxBlockRows);
   const int64_t R = std::clamp<int64_t>((tab.ntr + want - 1) / want, 1, r_cap);
@@ -191,7 +202,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
   // Broadcast positions per batch, per operand: where the heads of one table row are adjacent rows
   // of x and of the output (BSND), all of them (up to kMaxHeadsPerBatch), so x is read straight
   // through; otherwise (BNSD) kHeadsPerBatch.
-  std::vector<int64_t> heads_per_batch;
+  Dims heads_per_batch;
   int64_t max_heads = 1;
   for (const auto& o : ops) {
     const bool adjacent = o.nb > 0 && o.b_xstride[o.nb - 1] == D && o.b_ostride[o.nb - 1] == D;
@@ -199,11 +210,9 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
     max_heads = std::max(max_heads, heads_per_batch.back());
   }
 
-  // A call this small runs on the calling thread: waking the others costs more than they save.
-  int64_t elems = 0;
-  for (const auto& o : ops) elems += o.nbc * tab.ntr * D;
+  // A small call runs on the calling thread: waking the others costs more than they save.
   const int64_t items = nblocks * nslices;
-  at::parallel_for(0, items, elems < kMinParallelElems ? items : 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, items, parallel ? 1 : items, [&](int64_t begin, int64_t end) {
     const int64_t scratch_len = kScratchRows * (Dp + kLanes) * static_cast<int64_t>(sizeof(double));
     const int64_t tab_len = 2 * R * Dp;
     Workspace& ws = thread_workspace();
@@ -360,7 +369,7 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
   const at::Tensor sin = rows_contiguous(sin_in), cos = rows_contiguous(cos_in);
   const int rank = static_cast<int>(std::max<int64_t>({x0.dim(), sin.dim(), cos.dim()}));
   const Tables tab = describe_tables(sin, cos, rank);
-  std::vector<Operand> ops;
+  Operands ops;
   for (const auto& p : xs) {
     if (p.first.numel() > 0) ops.push_back(describe_operand(p.first, p.second, sin, cos));
   }

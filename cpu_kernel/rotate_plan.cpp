@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
-#include <optional>
 
 namespace npu_ops_transformer_ext {
 namespace cpu {
@@ -184,61 +183,40 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
 
 namespace {
 
-// What identifies one matrix's contents without reading them: the tensor object itself (held by a
-// weak reference, so that while it is remembered no other tensor can take its address), its
-// storage, data pointer, dtype, sizes and strides (a metadata change such as t_() changes the
-// matrix without writing it) and its version counter, which every in-place write through the
-// tensor or any view of it advances.
-struct MatrixKey {
-  std::optional<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> impl;
-  const void* storage = nullptr;
-  const void* data = nullptr;
-  uint32_t version = 0;
-  at::ScalarType dtype = at::kFloat;
-  int64_t size[2] = {0, 0}, stride[2] = {0, 0};
-
-  // False for an inference tensor: it has no version counter.
-  static bool keyable(const at::Tensor& y) {
-    return y.dim() == 2 && y.unsafeGetTensorImpl()->version_counter().enabled();
-  }
-  static MatrixKey of(const at::Tensor& y) {
-    MatrixKey k;
-    k.impl.emplace(y.getIntrusivePtr());
-    k.storage = y.storage().unsafeGetStorageImpl();
-    k.data = y.const_data_ptr();
-    k.version = y.unsafeGetTensorImpl()->version_counter().current_version();
-    k.dtype = y.scalar_type();
-    for (int d = 0; d < 2; ++d) {
-      k.size[d] = y.size(d);
-      k.stride[d] = y.stride(d);
-    }
-    return k;
-  }
-  bool matches(const at::Tensor& y) const {
-    const c10::TensorImpl* t = y.unsafeGetTensorImpl();
-    return impl.has_value() && !impl->expired() && impl->_unsafe_get_target() == t &&
-           storage == y.storage().unsafeGetStorageImpl() && data == y.const_data_ptr() &&
-           version == t->version_counter().current_version() && dtype == y.scalar_type() &&
-           size[0] == y.size(0) && size[1] == y.size(1) && stride[0] == y.stride(0) && stride[1] == y.stride(1);
-  }
-};
-
 std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y_in);
+
+// Matrices larger than this (D > 512 in fp32) are compiled every call, not cached.
+constexpr size_t kMaxCachedBytes = size_t(1) << 20;
+
+// The most recent matrix of this thread, by contents (dtype, D and a copy of its bytes).
+struct LastMatrix {
+  at::ScalarType dtype = at::kFloat;
+  int64_t D = 0;
+  std::vector<uint8_t> bytes;
+  std::shared_ptr<const RotatePlan> plan;
+};
 
 }  // namespace
 
-std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y) {
-  // Each thread remembers the last matrix it compiled or found, by MatrixKey: a model passes the
-  // same matrix every call, and this check costs a few compares instead of reading the matrix and
-  // taking a lock. Anything else (another matrix, an in-place change, an inference tensor) goes
-  // to the cache by contents.
-  thread_local MatrixKey last_key;
-  thread_local std::shared_ptr<const RotatePlan> last_plan;
-  if (!MatrixKey::keyable(y)) return cached_by_contents(y);
-  if (last_plan != nullptr && last_key.matches(y)) return last_plan;
+std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y_in) {
+  // Each thread first compares y with the last matrix it used, without the shared cache's lock: a
+  // model passes the same matrix every call. Always by contents: neither the tensor's identity nor
+  // its version counter sees a write through `.data` (which gradcheck itself makes) or through
+  // memory shared with NumPy.
+  thread_local LastMatrix last;
+  const at::Tensor y = y_in.contiguous();
+  const size_t nbytes = y.numel() * y.element_size();
+  if (nbytes > kMaxCachedBytes) return std::make_shared<const RotatePlan>(make_rotate_plan(y));
+  const auto* data = static_cast<const uint8_t*>(y.const_data_ptr());
+  if (last.plan != nullptr && last.dtype == y.scalar_type() && last.D == y.size(0) && last.bytes.size() == nbytes &&
+      std::memcmp(last.bytes.data(), data, nbytes) == 0) {
+    return last.plan;
+  }
   std::shared_ptr<const RotatePlan> plan = cached_by_contents(y);
-  last_key = MatrixKey::of(y);
-  last_plan = plan;
+  last.dtype = y.scalar_type();
+  last.D = y.size(0);
+  last.bytes.assign(data, data + nbytes);
+  last.plan = plan;
   return plan;
 }
 
@@ -254,11 +232,10 @@ std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y_in) {
   constexpr size_t kEntries = 8;
   static std::mutex mu;
   static std::vector<Entry> cache;  // most recently used first
-  static size_t kMaxBytes = 1 << 20;
 
   const at::Tensor y = y_in.contiguous();
   const size_t nbytes = y.numel() * y.element_size();
-  if (nbytes > kMaxBytes) return std::make_shared<const RotatePlan>(make_rotate_plan(y));
+  if (nbytes > kMaxCachedBytes) return std::make_shared<const RotatePlan>(make_rotate_plan(y));
   const auto* data = static_cast<const uint8_t*>(y.const_data_ptr());
   {
     std::lock_guard<std::mutex> lock(mu);

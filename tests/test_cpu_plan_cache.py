@@ -1,6 +1,7 @@
-"""The CPU kernel's rotate-plan cache (cpu_kernel/rotate_plan.cpp, cached_rotate_plan): a matrix
-seen before is recognised without reading it (same tensor, same version counter), and every way of
-changing the matrix in place gives the result of the changed matrix, never a stale plan."""
+"""The CPU kernel's rotate-plan cache (cpu_kernel/rotate_plan.cpp, cached_rotate_plan): every way
+of changing the matrix in place -- through torch ops, views, metadata, `.data` (as gradcheck does),
+shared NumPy memory -- gives the result of the changed matrix, never a stale plan."""
+import numpy as np
 import pytest
 import torch
 from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference
@@ -41,6 +42,7 @@ CHANGES = {
     "transpose_view_write": lambda m: m.t()[5].fill_(1.0),
     "set_": lambda m: m.set_(other_permutation(m.shape[0], m.dtype)),
     "zero_": lambda m: m.zero_(),
+    "through_data": lambda m: m.data.__setitem__((2, 0), -1.0),  # no version counter advance
 }
 
 
@@ -98,4 +100,17 @@ def test_a_view_of_the_same_storage_with_other_strides():
     mat = other_permutation(x.shape[-1], torch.float32)
     check(x, mat, sin, cos)
     check(x, mat.t(), sin, cos)
+    check(x, mat, sin, cos)
+
+
+def test_write_through_shared_numpy_memory_is_seen():
+    x, sin, cos = operands(torch.float32)
+    d = x.shape[-1]
+    arr = mode_matrix("half", [d], dtype=torch.float32).numpy().copy()
+    mat = torch.from_numpy(arr)
+    check(x, mat, sin, cos)
+    check(x, mat, sin, cos)
+    arr[:] = other_permutation(d, torch.float32).numpy()
+    check(x, mat, sin, cos)
+    arr[4, 4] = np.float32(0.5)  # a dense matrix now
     check(x, mat, sin, cos)
