@@ -5,32 +5,16 @@ outputs, with results that need the exact rounding path (subnormal, NaN, overflo
 families. Bit for bit against the reference."""
 import pytest
 import torch
-from npu_ops_transformer_ext.matrices import get_half_matrix
 from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference
+from special_values import ISAS as FAMILIES
+from special_values import assert_bit_exact
 
-ops = torch.ops.npu_ops_transformer_ext
-op = ops.rope_matrix
-
-HAS_AVX512 = ops._cpu_kernel_choice(
-    torch.zeros(1, 32, dtype=torch.bfloat16), get_half_matrix(32), torch.zeros(32), torch.zeros(32)
-).startswith("avx512")
-pytestmark = pytest.mark.skipif(not HAS_AVX512, reason="this CPU has no AVX-512")
+op = torch.ops.npu_ops_transformer_ext.rope_matrix
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
-ISAS = [None, "avx512"]  # the widest this CPU has, and AVX-512 without AVX512_BF16
-
-
-def bits(t):
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
-
-
-def assert_bit_exact(out, ref):
-    """Equal bits, except that a NaN may be any NaN."""
-    assert out.dtype == ref.dtype and out.shape == ref.shape
-    nan = torch.isnan(ref)
-    assert torch.equal(torch.isnan(out), nan), "NaN in different places"
-    differ = (bits(out) != bits(ref)) & ~nan
-    assert not differ.any(), f"{differ.sum().item()} elements differ"
+# The AVX-512 families this CPU has (with and without AVX512_BF16), as NPU_OPS_CPU_ISA caps.
+ISAS = [cap for cap, family in FAMILIES if family.startswith("avx512")]
+pytestmark = pytest.mark.skipif(not ISAS, reason="this CPU has no AVX-512")
 
 
 def with_edge_values(x, sin, cos, g):
@@ -72,7 +56,7 @@ MODES = {
 }
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", ISAS or [None])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("bsnd", [False, True])
@@ -88,11 +72,11 @@ def test_cached_outputs(monkeypatch, isa, dtype, mode, bsnd):
     assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
     # In place takes the same rows with the output being the input.
     xi = x.clone()
-    ops.rope_matrix_(xi, y, sin, cos)
+    torch.ops.npu_ops_transformer_ext.rope_matrix_(xi, y, sin, cos)
     assert_bit_exact(xi, rope_matrix_reference(x, y, sin, cos))
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", ISAS or [None])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", ["half128", "interleave128", "3d", "half96"])
 def test_streamed_outputs(monkeypatch, isa, dtype, mode):
