@@ -302,15 +302,6 @@ struct ChunkTables {
   }
 };
 
-template <typename T, int NC, bool kStream>
-NPU_OPS_ROW_INLINE __mmask16 direct_row_regs(const ChunkPlan* chunks, const T* x, T* out, const ChunkTables<NC>& t) {
-  __mmask16 fixup = 0;
-  for (int c = 0; c < NC; ++c) {
-    direct_chunk<T, true, kStream, false>(chunks[c], c * kLanes, NC * kLanes, x, out, t.c[c], t.s[c], fixup);
-  }
-  return fixup;
-}
-
 // The half rotation (chunk c's partners are chunk c + NC/2 mod NC, in order: rotate_half of one
 // section): every chunk of the row is loaded and converted once, into registers, and serves as
 // its own chunk and as its partner's partner.
@@ -340,8 +331,9 @@ NPU_OPS_ROW_INLINE __mmask16 swap_row_regs(const T* x, T* out, const ChunkTables
   return fixup;
 }
 
-// Which specialised row perm_rows_direct_regs takes.
-enum class ChunkShape { kAny, kHalf, kSwap };
+// Which specialised row perm_rows_direct_regs takes. (Other plans keep reading their table rows
+// per row: with them in registers, 3D 44+44+40 fp16/fp32 rows were no faster, or slower.)
+enum class ChunkShape { kHalf, kSwap };
 
 // Whether a chunk plan is the half rotation of half_row_regs.
 inline bool is_half_rotation(const std::vector<ChunkPlan>& chunks) {
@@ -354,10 +346,10 @@ inline bool is_half_rotation(const std::vector<ChunkPlan>& chunks) {
   return half;
 }
 
-// perm_rows_direct for D = 16 * NC with NC in 1..8: each run of rows that share their table rows
-// loads them into registers once. kShape: the plan is the half rotation (half_row_regs) or the
-// interleave swap (swap_row_regs), or any (direct_row_regs).
-template <typename T, int NC, ChunkShape kShape = ChunkShape::kAny>
+// perm_rows_direct for D = 16 * NC with NC in 1..8 and the half rotation (half_row_regs) or the
+// interleave swap (swap_row_regs): each run of rows that share their table rows loads them into
+// registers once.
+template <typename T, int NC, ChunkShape kShape>
 void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b) {
   const int64_t D = plan.D;
   const int64_t ahead_rows = prefetch_rows(plan.D * static_cast<int64_t>(sizeof(T)));
@@ -376,11 +368,8 @@ void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b) {
       __mmask16 fixup;
       if constexpr (kShape == ChunkShape::kHalf) {
         fixup = stream ? half_row_regs<T, NC, true>(x, out, regs) : half_row_regs<T, NC, false>(x, out, regs);
-      } else if constexpr (kShape == ChunkShape::kSwap) {
-        fixup = stream ? swap_row_regs<T, NC, true>(x, out, regs) : swap_row_regs<T, NC, false>(x, out, regs);
       } else {
-        fixup = stream ? direct_row_regs<T, NC, true>(chunks, x, out, regs)
-                       : direct_row_regs<T, NC, false>(chunks, x, out, regs);
+        fixup = stream ? swap_row_regs<T, NC, true>(x, out, regs) : swap_row_regs<T, NC, false>(x, out, regs);
       }
       if (fixup != 0) {  // rare: subnormal or NaN results
         if (stream) {
@@ -428,19 +417,6 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
       case 6: return perm_rows_direct_regs<T, 6, ChunkShape::kSwap>(plan, b);
       case 7: return perm_rows_direct_regs<T, 7, ChunkShape::kSwap>(plan, b);
       case 8: return perm_rows_direct_regs<T, 8, ChunkShape::kSwap>(plan, b);
-      default: break;
-    }
-  }
-  if (full) {
-    switch (D / kLanes) {
-      case 1: return perm_rows_direct_regs<T, 1>(plan, b);
-      case 2: return perm_rows_direct_regs<T, 2>(plan, b);
-      case 3: return perm_rows_direct_regs<T, 3>(plan, b);
-      case 4: return perm_rows_direct_regs<T, 4>(plan, b);
-      case 5: return perm_rows_direct_regs<T, 5>(plan, b);
-      case 6: return perm_rows_direct_regs<T, 6>(plan, b);
-      case 7: return perm_rows_direct_regs<T, 7>(plan, b);
-      case 8: return perm_rows_direct_regs<T, 8>(plan, b);
       default: break;
     }
   }
