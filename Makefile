@@ -1,5 +1,5 @@
 # Shortcuts; the scripts are what README and CI run.
-.PHONY: install test main bench lint dev
+.PHONY: install test main bench bench-cpu lint dev
 
 install:
 	bash scripts/install.sh
@@ -12,6 +12,10 @@ main:
 
 bench:
 	python -m npu_ops_transformer_ext.bench
+
+# The README's CPU figures: three sweep runs, their spread and plot, decode per-call (quiet machine).
+bench-cpu:
+	bash scripts/bench_cpu.sh
 
 # In-place build for development: PYTHONPATH=python python -m pytest tests
 dev:

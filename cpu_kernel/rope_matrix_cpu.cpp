@@ -3,7 +3,8 @@
 // Loop order. The dims of x (all but the last) split into
 //   table dims:     where sin or cos varies (size > 1), e.g. S for [1, 1, S, D] tables;
 //   broadcast dims: where both tables are broadcast, e.g. B and N.
-// Work is cut into blocks of R consecutive table rows. A block converts its cos/sin rows to the
+// Work is cut into blocks of R consecutive table rows (R up to 128 at D = 128, fewer when that
+// gives every thread 8 blocks). A block converts its cos/sin rows to the
 // compute type once (small enough to stay in L2), then runs over every broadcast position (every
 // head and batch, of q and of k) for those R table rows, as the NPU kernel reuses its UB copy of the
 // tables across B*N; a batch takes the rows of four heads in turn, so each table row serves four
@@ -13,10 +14,10 @@
 #include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <algorithm>
-#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,10 +44,16 @@ constexpr int64_t kMaxBlockRows = 256;
 // than 4 at a time at 1,8192,24,128).
 constexpr int64_t kHeadsPerBatch = 4;
 constexpr int64_t kMaxHeadsPerBatch = 64;
-// Calls with fewer elements run on the calling thread (one decode token of 32 heads of 128 is 4096;
-// waking the second thread cost about 1 us more than it saved there, benchmarks/bench_decode.py;
-// at 8 such tokens, 32768 elements, two threads are faster again).
-constexpr int64_t kMinParallelElems = 16 * 1024;
+// Calls with fewer elements run on the calling thread. One decode token of 32 heads of 128 is 4096
+// elements: waking the second thread cost about 1 us more than it saved there. Once a call on one
+// thread got cheaper (2.5 us at 4096 elements, 5.6 us at 32768), two threads lost to one at 32768
+// and 98304 elements (speedup 0.71-0.82) and broke even at 196608, on the 2-core development
+// machine while other jobs ran (load average 6-7); 65536 keeps 8 decode tokens on one thread.
+constexpr int64_t kMinParallelElems = 64 * 1024;
+
+// Per-dim lists of a call: no heap allocation up to this rank (a decode call is a few
+// microseconds, and each allocation a noticeable part of it).
+using Dims = c10::SmallVector<int64_t, 8>;
 
 // One x (and its output) of the call: rope_matrix has one, rope_matrix_qk two.
 struct Operand {
@@ -54,16 +61,18 @@ struct Operand {
   char* out_base;
   int64_t elem;                        // bytes per element
   // table dims (same list for every operand), strides in elements; any rank
-  std::vector<int64_t> t_xstride, t_ostride;
+  Dims t_xstride, t_ostride;
   // broadcast dims of this operand
   int nb = 0;
-  std::vector<int64_t> b_size, b_xstride, b_ostride;
+  Dims b_size, b_xstride, b_ostride;
   int64_t nbc = 1;                     // number of broadcast positions
 };
 
+using Operands = c10::SmallVector<Operand, 2>;
+
 struct Tables {
   int nt = 0;
-  std::vector<int64_t> t_size, sin_stride, cos_stride;
+  Dims t_size, sin_stride, cos_stride;
   int64_t ntr = 1;  // number of table rows
   const char* sin_base;
   const char* cos_base;
@@ -133,14 +142,56 @@ inline void advance(int n, const int64_t* size, int64_t* idx) {
   }
 }
 
+// A broadcast position of one operand: bytes from the operand's bases to its first row.
+struct Position {
+  size_t op;
+  int64_t x_off, out_off;
+};
+
+// Per-thread buffers of run_blocks, kept from call to call (they only grow): a call allocates
+// nothing, which matters at decode sizes, where a call is a few microseconds.
+struct Workspace {
+  std::vector<char> mem;  // row-kernel scratch, then the block's table rows in the compute type
+  std::vector<int64_t> xt_off, ot_off;
+  std::vector<const void*> cosrow, sinrow;
+  std::vector<Position> positions;
+  std::vector<std::pair<size_t, size_t>> ranges;
+  std::vector<const void*> bx[2];
+  std::vector<void*> bout;
+  std::vector<const void*> bcos, bsin;
+  std::vector<int64_t> tidx, bidx;
+};
+
+// The calling thread's Workspace (not inlined: the caller then holds its address in a register
+// instead of looking the thread-local variable up again at every use).
+__attribute__((noinline)) Workspace& thread_workspace() {
+  thread_local Workspace ws;
+  return ws;
+}
+
+template <typename V>
+void grow(V& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
 template <typename C>
-void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>& ops, const Kernels& k,
+void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const Kernels& k,
                 bool stream, bool in_place) {
   const int64_t D = plan.D, Dp = plan.Dp;
-  // No more rows than the tables have: the per-call buffers below are sized by R (a decode call
-  // has one table row; zeroing buffers for 128 cost more than its arithmetic).
-  const int64_t R = std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))),
-                                        1, std::clamp<int64_t>(tab.ntr, 1, kMaxBlockRows));
+  // Enough work items to keep every thread busy. Blocks first: each table row is then converted
+  // once per call. A block has up to kTableBlockBytes of converted rows, but no more rows than give
+  // `want` blocks (a 1.5 MiB call has 256 rows: 16 blocks of 16, not 2 of 128 whose table rows
+  // every slice of the heads would convert again) and no more than the tables have (the per-call
+  // buffers below are sized by R; a decode call has one table row). Only when there are fewer
+  // table rows than work items are the broadcast positions sliced too. A call small enough to run
+  // on the calling thread wants one item: slices would only convert the same table rows again.
+  int64_t elems = 0;
+  for (const auto& o : ops) elems += o.nbc * tab.ntr * D;
+  const bool parallel = elems >= kMinParallelElems;
+  const int64_t want = parallel ? 8 * static_cast<int64_t>(at::get_num_threads()) : 1;
+  const int64_t r_cap = std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1,
+                                            kMaxBlockRows);
+  const int64_t R = std::clamp<int64_t>((tab.ntr + want - 1) / want, 1, r_cap);
   const int64_t nblocks = (tab.ntr + R - 1) / R;
   int64_t max_nbc = 1;
   int max_nb = 0;
@@ -148,14 +199,12 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
     max_nbc = std::max(max_nbc, o.nbc);
     max_nb = std::max(max_nb, o.nb);
   }
-  // Enough work items to keep every thread busy even with few table blocks.
-  const int64_t want = 8 * static_cast<int64_t>(at::get_num_threads());
   const int64_t nslices = std::clamp<int64_t>((want + nblocks - 1) / nblocks, 1, max_nbc);
   const uint32_t* sign_bits = plan.is_perm ? plan.sign_bits.data() : nullptr;
   // Broadcast positions per batch, per operand: where the heads of one table row are adjacent rows
   // of x and of the output (BSND), all of them (up to kMaxHeadsPerBatch), so x is read straight
   // through; otherwise (BNSD) kHeadsPerBatch.
-  std::vector<int64_t> heads_per_batch;
+  Dims heads_per_batch;
   int64_t max_heads = 1;
   for (const auto& o : ops) {
     const bool adjacent = o.nb > 0 && o.b_xstride[o.nb - 1] == D && o.b_ostride[o.nb - 1] == D;
@@ -163,39 +212,47 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
     max_heads = std::max(max_heads, heads_per_batch.back());
   }
 
-  // A call this small runs on the calling thread: waking the others costs more than they save.
-  int64_t elems = 0;
-  for (const auto& o : ops) elems += o.nbc * tab.ntr * D;
+  // A small call runs on the calling thread: waking the others costs more than they save.
   const int64_t items = nblocks * nslices;
-  at::parallel_for(0, items, elems < kMinParallelElems ? items : 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, items, parallel ? 1 : items, [&](int64_t begin, int64_t end) {
     const int64_t scratch_len = kScratchRows * (Dp + kLanes) * static_cast<int64_t>(sizeof(double));
     const int64_t tab_len = 2 * R * Dp;
-    std::unique_ptr<char[]> mem(new char[scratch_len + tab_len * sizeof(C) + 128]);
-    char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mem.get()) + 63) & ~uintptr_t(63));
+    Workspace& ws = thread_workspace();
+    grow(ws.mem, static_cast<size_t>(scratch_len + tab_len * static_cast<int64_t>(sizeof(C)) + 64));
+    char* aligned = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(ws.mem.data()) + 63) & ~uintptr_t(63));
     void* scratch = aligned;
     C* tabbuf = reinterpret_cast<C*>(aligned + scratch_len);
-    std::vector<std::array<int64_t, kMaxBlockRows>> xt_off(ops.size()), ot_off(ops.size());
-    std::array<const void*, kMaxBlockRows> cosrow{}, sinrow{};
-    struct Position {
-      size_t op;
-      int64_t x_off, out_off;  // bytes from the operand's bases to this broadcast position
-    };
-    std::vector<Position> positions;
-    std::vector<std::pair<size_t, size_t>> ranges;  // batches: [first, last) positions
+    const size_t nops = ops.size();
+    grow(ws.xt_off, nops * R);
+    grow(ws.ot_off, nops * R);
+    grow(ws.cosrow, R);
+    grow(ws.sinrow, R);
+    int64_t* const xt_off = ws.xt_off.data();  // [operand * R + row of the block]
+    int64_t* const ot_off = ws.ot_off.data();
+    const void** const cosrow = ws.cosrow.data();
+    const void** const sinrow = ws.sinrow.data();
+    std::vector<Position>& positions = ws.positions;
+    std::vector<std::pair<size_t, size_t>>& ranges = ws.ranges;  // batches: [first, last) positions
     // Row pointers of a batch (up to max_heads positions x R rows); x twice, for this batch and
     // the next one.
     const size_t batch_cap = static_cast<size_t>(max_heads * R);
-    std::vector<const void*> bx[2] = {std::vector<const void*>(batch_cap), std::vector<const void*>(batch_cap)};
-    std::vector<void*> bout(batch_cap);
-    std::vector<const void*> bcos(batch_cap), bsin(batch_cap);
-    std::vector<int64_t> tidx(tab.nt), bidx(max_nb);
+    for (auto* v : {&ws.bx[0], &ws.bx[1], &ws.bcos, &ws.bsin}) grow(*v, batch_cap);
+    grow(ws.bout, batch_cap);
+    std::vector<const void*>* const bx = ws.bx;
+    void** const bout = ws.bout.data();
+    const void** const bcos = ws.bcos.data();
+    const void** const bsin = ws.bsin.data();
+    grow(ws.tidx, static_cast<size_t>(tab.nt));
+    grow(ws.bidx, static_cast<size_t>(max_nb));
+    int64_t* const tidx = ws.tidx.data();
+    int64_t* const bidx = ws.bidx.data();
 
     for (int64_t item = begin; item < end; ++item) {
       const int64_t blk = item / nslices, slice = item % nslices;
       const int64_t t0 = blk * R;
       const int64_t nr = std::min(R, tab.ntr - t0);
       // Offsets of the block's table rows, and its table rows in the compute type.
-      unravel(t0, tab.nt, tab.t_size.data(), tidx.data());
+      unravel(t0, tab.nt, tab.t_size.data(), tidx);
       for (int64_t r = 0; r < nr; ++r) {
         int64_t so = 0, co = 0;
         for (int d = 0; d < tab.nt; ++d) {
@@ -208,8 +265,8 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
             xo += tidx[d] * ops[i].t_xstride[d];
             oo += tidx[d] * ops[i].t_ostride[d];
           }
-          xt_off[i][r] = xo * ops[i].elem;
-          ot_off[i][r] = oo * ops[i].elem;
+          xt_off[i * R + r] = xo * ops[i].elem;
+          ot_off[i * R + r] = oo * ops[i].elem;
         }
         C* cbuf = tabbuf + (2 * r) * Dp;
         C* sbuf = cbuf + Dp;
@@ -217,7 +274,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
         k.sin_table(tab.sin_base + so * elem_size(tab.sin_dtype), D, Dp, sign_bits, sbuf);
         cosrow[r] = cbuf;
         sinrow[r] = sbuf;
-        advance(tab.nt, tab.t_size.data(), tidx.data());
+        advance(tab.nt, tab.t_size.data(), tidx);
       }
       // Every broadcast position of every operand in this slice, heads_per_batch of them per batch
       // with their rows ordered (table row, position): each table row is read from L2 once for
@@ -229,7 +286,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
         const Operand& o = ops[i];
         const int64_t b0 = slice * o.nbc / nslices, b1 = (slice + 1) * o.nbc / nslices;
         if (b0 >= b1) continue;
-        unravel(b0, o.nb, o.b_size.data(), bidx.data());
+        unravel(b0, o.nb, o.b_size.data(), bidx);
         const size_t first = positions.size();
         for (int64_t bpos = b0; bpos < b1; ++bpos) {
           int64_t xb = 0, ob = 0;
@@ -238,7 +295,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
             ob += bidx[d] * o.b_ostride[d];
           }
           positions.push_back({i, xb * o.elem, ob * o.elem});
-          advance(o.nb, o.b_size.data(), bidx.data());
+          advance(o.nb, o.b_size.data(), bidx);
         }
         for (size_t p = first; p < positions.size(); p += heads_per_batch[i]) {
           ranges.push_back({p, std::min(positions.size(), p + static_cast<size_t>(heads_per_batch[i]))});
@@ -247,32 +304,40 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, std::vector<Operand>&
       const size_t nbatches = ranges.size();
       // Calls f(row index in the batch, position, table row) for every row of batch t; returns
       // the batch's row count.
-      const auto for_rows = [&](size_t t, auto&& f) -> int64_t {
+      // Fills rows[r * hn + h] = base_h + off[r] for every position h of batch t (row r * hn + h is
+      // table row r of position h); returns the batch's row count.
+      const auto fill_rows = [&](size_t t, bool is_x, auto* rows) -> int64_t {
         const auto [p0, p1] = ranges[t];
         const int64_t hn = static_cast<int64_t>(p1 - p0);
         for (int64_t h = 0; h < hn; ++h) {
-          for (int64_t r = 0; r < nr; ++r) f(r * hn + h, positions[p0 + h], r);
+          const Position& pos = positions[p0 + h];
+          const Operand& o = ops[pos.op];
+          const int64_t* off = (is_x ? xt_off : ot_off) + pos.op * R;
+          char* base = is_x ? const_cast<char*>(o.x_base) + pos.x_off : o.out_base + pos.out_off;
+          for (int64_t r = 0; r < nr; ++r) rows[r * hn + h] = base + off[r];
         }
         return nr * hn;
       };
-      const auto fill_x = [&](size_t t, std::vector<const void*>& xr) {
-        return for_rows(t, [&](int64_t i, const Position& pos, int64_t r) {
-          xr[i] = ops[pos.op].x_base + pos.x_off + xt_off[pos.op][r];
-        });
-      };
+      // The table rows of a batch depend only on its number of positions: filled again only when
+      // that changes (the last batch of an operand may have fewer).
+      int64_t tables_hn = 0;
       // Batch t's x rows are filled one batch ahead (as the previous batch's next rows).
-      int64_t n = nbatches > 0 ? fill_x(0, bx[0]) : 0;
+      int64_t n = nbatches > 0 ? fill_rows(0, true, bx[0].data()) : 0;
       for (size_t t = 0; t < nbatches; ++t) {
         std::vector<const void*>& xr = bx[t % 2];
         std::vector<const void*>& next = bx[(t + 1) % 2];
-        for_rows(t, [&](int64_t i, const Position& pos, int64_t r) {
-          bout[i] = ops[pos.op].out_base + pos.out_off + ot_off[pos.op][r];
-          bcos[i] = cosrow[r];
-          bsin[i] = sinrow[r];
-        });
-        RowBatch rb{n, xr.data(), bout.data(), bcos.data(), bsin.data(), stream, in_place};
+        fill_rows(t, false, bout);
+        const int64_t hn = static_cast<int64_t>(ranges[t].second - ranges[t].first);
+        if (hn != tables_hn) {
+          for (int64_t r = 0; r < nr; ++r) {
+            std::fill_n(bcos + r * hn, hn, cosrow[r]);
+            std::fill_n(bsin + r * hn, hn, sinrow[r]);
+          }
+          tables_hn = hn;
+        }
+        RowBatch rb{n, xr.data(), bout, bcos, bsin, stream, in_place};
         if (t + 1 < nbatches) {
-          rb.next_n = fill_x(t + 1, next);
+          rb.next_n = fill_rows(t + 1, true, next.data());
           rb.next_x = next.data();
         }
         k.rows(plan, rb, scratch);
@@ -306,7 +371,7 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
   const at::Tensor sin = rows_contiguous(sin_in), cos = rows_contiguous(cos_in);
   const int rank = static_cast<int>(std::max<int64_t>({x0.dim(), sin.dim(), cos.dim()}));
   const Tables tab = describe_tables(sin, cos, rank);
-  std::vector<Operand> ops;
+  Operands ops;
   for (const auto& p : xs) {
     if (p.first.numel() > 0) ops.push_back(describe_operand(p.first, p.second, sin, cos));
   }

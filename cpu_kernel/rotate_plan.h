@@ -117,7 +117,10 @@ RotatePlan make_rotate_plan(const at::Tensor& y);
 
 // make_rotate_plan with a small cache keyed by y's dtype, size and *contents* (a byte compare of
 // y, far cheaper than compiling it), so a model that passes the same matrix every call compiles it
-// once. Never keyed by address alone: a freed and reused buffer cannot return a stale plan.
+// once; each thread compares with its last matrix first, without taking the cache's lock. Never
+// keyed by address, identity or version counter: a freed and reused buffer, or a write the version
+// counter does not see (through `.data`, as gradcheck perturbs its inputs, or through memory shared
+// with NumPy), cannot return a stale plan.
 std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y);
 
 }  // namespace cpu

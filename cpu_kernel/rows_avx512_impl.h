@@ -27,6 +27,13 @@ namespace cpu {
 
 namespace NPU_OPS_AVX512_NS {
 
+// The per-chunk and per-group steps and the row bodies built from them are inlined into the row
+// loops whatever the compiler's size heuristics say: a call per chunk passes its vectors through
+// memory (measured: the fp16/fp32 streaming rows were left as calls).
+#ifndef NPU_OPS_ROW_INLINE
+#define NPU_OPS_ROW_INLINE inline __attribute__((always_inline))
+#endif
+
 inline __mmask16 lane_mask(int64_t n) {
   return n >= kLanes ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
 }
@@ -153,6 +160,15 @@ struct Io<c10::Half> {
   static void stream_unchecked(c10::Half* p, __m512 v) { stream(p, v); }
 };
 
+// The end of the run of rows from r on that read the same table rows (the driver orders a batch
+// by table row, so every head's row for one table row comes one after another): the kernels load
+// those table rows once per run.
+NPU_OPS_ROW_INLINE int64_t table_run_end(const RowBatch& b, int64_t r) {
+  int64_t e = r + 1;
+  while (e < b.n && b.cos[e] == b.cos[r] && b.sin[e] == b.sin[r]) ++e;
+  return e;
+}
+
 // Loads row x (D elements) into the fp32 buffer xf, zero-padded to Dp + 16.
 template <typename T>
 inline void load_row(const T* x, float* xf, int64_t D, int64_t Dp) {
@@ -165,8 +181,11 @@ inline void load_row(const T* x, float* xf, int64_t D, int64_t Dp) {
 // Rows of a batch are usually consecutive in memory but short (256 bytes for D = 128 bf16) and a
 // batch ends where the next head starts, so the hardware prefetcher sees many short streams; asking
 // for a row a few rows ahead (continuing into the next batch) keeps the loads from waiting on DRAM.
-constexpr int64_t kPrefetchRows = 16;
+// As far ahead as 8 KiB of rows: at 1,24,8192,128, one thread, 16 rows (4 KiB) left bf16 BNSD 3D at
+// 1.35x the limit and 32 rows 1.22x, while fp32 (512-byte rows) was best at 16 rows.
+constexpr int64_t kPrefetchBytes = 8 * 1024;
 
+inline int64_t prefetch_rows(int64_t row_bytes) { return std::max<int64_t>(1, kPrefetchBytes / row_bytes); }
 
 inline void prefetch_row(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
@@ -195,58 +214,69 @@ inline __m512 partners(const ChunkPlan& c, const float* xf) {
   }
 }
 
-// One row of perm_rows_direct. kFull: D is a multiple of 16 (no masks); kStream: non-temporal
-// stores; kChecked: round through the always-exact path. Unchecked, it returns the lanes whose
-// rounding needs the checked path (subnormal or NaN results with AVX512_BF16), so the caller can redo the
-// row; checked, it returns 0.
+// Stores the 16 results r of one chunk (lanes m) as T; see direct_chunk for kStream, kChecked, fixup.
+template <typename T, bool kStream, bool kChecked>
+NPU_OPS_ROW_INLINE void chunk_store(T* out, __m512 r, __mmask16 m, __mmask16& fixup) {
+  if constexpr (kChecked) {
+    if constexpr (kStream) {
+      Io<T>::stream(out, r);
+    } else {
+      Io<T>::store(out, r, m);
+    }
+  } else {
+    if constexpr (Io<T>::kMayNeedFixup) fixup |= Io<T>::needs_fixup(r) & m;
+    if constexpr (kStream) {
+      Io<T>::stream_unchecked(out, r);
+    } else {
+      Io<T>::store_unchecked(out, r, m);
+    }
+  }
+}
+
+// Chunk c (elements j = 16c ..) of one row of perm_rows_direct, with the chunk's cos and sin
+// values. kFull: D is a multiple of 16 (no masks); kStream: non-temporal stores; kChecked: round
+// through the always-exact path. Unchecked, it ORs into `fixup` the lanes whose rounding needs the
+// checked path (subnormal or NaN results with AVX512_BF16), so the caller can redo the row.
 template <typename T, bool kFull, bool kStream, bool kChecked>
-inline __mmask16 direct_row(const ChunkPlan* chunks, int64_t D, int64_t Dp, const T* x, T* out,
+NPU_OPS_ROW_INLINE void direct_chunk(const ChunkPlan& cp, int64_t j, int64_t D, const T* x, T* out, __m512 cv, __m512 sv,
+                         __mmask16& fixup) {
+  const __mmask16 m = kFull ? static_cast<__mmask16>(0xFFFF) : lane_mask(D - j);
+  const __m512 xc = Io<T>::load(x + j, m);
+  __m512 xp;
+  if (cp.kind == static_cast<int32_t>(ChunkKind::kOffset)) {
+    xp = Io<T>::load(x + cp.start, kFull ? m : lane_mask(D - cp.start));
+  } else if (cp.kind == static_cast<int32_t>(ChunkKind::kSegments)) {
+    // Masked loads never touch the lanes outside their mask, so a base before the row start or
+    // a run ending at the row's end reads nothing outside the row.
+    typename Io<T>::Raw raw = Io<T>::raw_zero();
+    for (int32_t k = 0; k < cp.nseg; ++k) {
+      raw = Io<T>::raw_merge(raw, static_cast<__mmask16>(cp.seg_mask[k]), x + cp.seg_base[k]);
+    }
+    xp = Io<T>::raw_to_fp32(raw);
+  } else {
+    const __mmask16 nz = static_cast<__mmask16>(cp.nonzero_mask);
+    const __m512i idx = _mm512_load_si512(cp.idx);
+    const int64_t ja = cp.a * kLanes, jb = cp.b * kLanes;
+    const __m512 va = ja == j ? xc : Io<T>::load(x + ja, kFull ? m : lane_mask(D - ja));
+    if (cp.a == cp.b) {
+      xp = _mm512_maskz_permutexvar_ps(nz, idx, va);
+    } else {
+      const __m512 vb = jb == j ? xc : Io<T>::load(x + jb, kFull ? m : lane_mask(D - jb));
+      xp = _mm512_maskz_permutex2var_ps(nz, va, idx, vb);
+    }
+  }
+  chunk_store<T, kStream, kChecked>(out + j, _mm512_add_ps(_mm512_mul_ps(xc, cv), _mm512_mul_ps(xp, sv)), m, fixup);
+}
+
+// One row of perm_rows_direct, its table values read from memory; unchecked, returns the lanes
+// that need the checked path, checked 0.
+template <typename T, bool kFull, bool kStream, bool kChecked>
+NPU_OPS_ROW_INLINE __mmask16 direct_row(const ChunkPlan* chunks, int64_t D, int64_t Dp, const T* x, T* out,
                             const float* cs, const float* sn) {
   __mmask16 fixup = 0;
   for (int64_t j = 0, c = 0; j < Dp; j += kLanes, ++c) {
-    const __mmask16 m = kFull ? static_cast<__mmask16>(0xFFFF) : lane_mask(D - j);
-    const ChunkPlan& cp = chunks[c];
-    const __m512 xc = Io<T>::load(x + j, m);
-    __m512 xp;
-    if (cp.kind == static_cast<int32_t>(ChunkKind::kOffset)) {
-      xp = Io<T>::load(x + cp.start, kFull ? m : lane_mask(D - cp.start));
-    } else if (cp.kind == static_cast<int32_t>(ChunkKind::kSegments)) {
-      // Masked loads never touch the lanes outside their mask, so a base before the row start or
-      // a run ending at the row's end reads nothing outside the row.
-      typename Io<T>::Raw raw = Io<T>::raw_zero();
-      for (int32_t k = 0; k < cp.nseg; ++k) {
-        raw = Io<T>::raw_merge(raw, static_cast<__mmask16>(cp.seg_mask[k]), x + cp.seg_base[k]);
-      }
-      xp = Io<T>::raw_to_fp32(raw);
-    } else {
-      const __mmask16 nz = static_cast<__mmask16>(cp.nonzero_mask);
-      const __m512i idx = _mm512_load_si512(cp.idx);
-      const int64_t ja = cp.a * kLanes, jb = cp.b * kLanes;
-      const __m512 va = ja == j ? xc : Io<T>::load(x + ja, kFull ? m : lane_mask(D - ja));
-      if (cp.a == cp.b) {
-        xp = _mm512_maskz_permutexvar_ps(nz, idx, va);
-      } else {
-        const __m512 vb = jb == j ? xc : Io<T>::load(x + jb, kFull ? m : lane_mask(D - jb));
-        xp = _mm512_maskz_permutex2var_ps(nz, va, idx, vb);
-      }
-    }
-    const __m512 a = _mm512_mul_ps(xc, _mm512_loadu_ps(cs + j));
-    const __m512 s = _mm512_mul_ps(xp, _mm512_loadu_ps(sn + j));
-    const __m512 r = _mm512_add_ps(a, s);
-    if constexpr (kChecked) {
-      if constexpr (kStream) {
-        Io<T>::stream(out + j, r);
-      } else {
-        Io<T>::store(out + j, r, m);
-      }
-    } else {
-      if constexpr (Io<T>::kMayNeedFixup) fixup |= Io<T>::needs_fixup(r) & m;
-      if constexpr (kStream) {
-        Io<T>::stream_unchecked(out + j, r);
-      } else {
-        Io<T>::store_unchecked(out + j, r, m);
-      }
-    }
+    direct_chunk<T, kFull, kStream, kChecked>(chunks[c], j, D, x, out, _mm512_loadu_ps(cs + j),
+                                              _mm512_loadu_ps(sn + j), fixup);
   }
   return fixup;
 }
@@ -257,6 +287,101 @@ inline void direct_row_exact(const ChunkPlan* chunks, int64_t D, int64_t Dp, con
   if (direct_row<T, kFull, kStream, false>(chunks, D, Dp, x, out, cs, sn) != 0) {
     direct_row<T, kFull, kStream, true>(chunks, D, Dp, x, out, cs, sn);  // rare: subnormal or NaN results
   }
+}
+
+// The table rows of one run (table_run_end) in registers, NC chunks of 16 (Dp = 16 * NC, NC <= 8:
+// 2 * NC of the 32 vector registers).
+template <int NC>
+struct ChunkTables {
+  __m512 c[NC], s[NC];
+  ChunkTables(const float* cs, const float* sn) {
+    for (int i = 0; i < NC; ++i) {
+      c[i] = _mm512_loadu_ps(cs + i * kLanes);
+      s[i] = _mm512_loadu_ps(sn + i * kLanes);
+    }
+  }
+};
+
+// The half rotation (chunk c's partners are chunk c + NC/2 mod NC, in order: rotate_half of one
+// section): every chunk of the row is loaded and converted once, into registers, and serves as
+// its own chunk and as its partner's partner.
+template <typename T, int NC, bool kStream>
+NPU_OPS_ROW_INLINE __mmask16 half_row_regs(const T* x, T* out, const ChunkTables<NC>& t) {
+  __m512 xv[NC];
+  for (int c = 0; c < NC; ++c) xv[c] = Io<T>::load(x + c * kLanes, 0xFFFF);
+  __mmask16 fixup = 0;
+  for (int c = 0; c < NC; ++c) {
+    const __m512 r = _mm512_add_ps(_mm512_mul_ps(xv[c], t.c[c]), _mm512_mul_ps(xv[(c + NC / 2) % NC], t.s[c]));
+    chunk_store<T, kStream, false>(out + c * kLanes, r, 0xFFFF, fixup);
+  }
+  return fixup;
+}
+
+// The interleave rotation (every partner is j ^ 1: the other element of its pair): one in-lane
+// swap of each chunk, no index vector.
+template <typename T, int NC, bool kStream>
+NPU_OPS_ROW_INLINE __mmask16 swap_row_regs(const T* x, T* out, const ChunkTables<NC>& t) {
+  __mmask16 fixup = 0;
+  for (int c = 0; c < NC; ++c) {
+    const __m512 xc = Io<T>::load(x + c * kLanes, 0xFFFF);
+    const __m512 xp = _mm512_permute_ps(xc, 0xB1);  // lanes (1, 0, 3, 2) of every 128-bit lane
+    chunk_store<T, kStream, false>(out + c * kLanes, _mm512_add_ps(_mm512_mul_ps(xc, t.c[c]), _mm512_mul_ps(xp, t.s[c])),
+                                   0xFFFF, fixup);
+  }
+  return fixup;
+}
+
+// Which specialised row perm_rows_direct_regs takes. (Other plans keep reading their table rows
+// per row: with them in registers, 3D 44+44+40 fp16/fp32 rows were no faster, or slower.)
+enum class ChunkShape { kHalf, kSwap };
+
+// Whether a chunk plan is the half rotation of half_row_regs.
+inline bool is_half_rotation(const std::vector<ChunkPlan>& chunks) {
+  const size_t nc = chunks.size();
+  bool half = nc % 2 == 0;
+  for (size_t c = 0; c < nc && half; ++c) {
+    half = chunks[c].kind == static_cast<int32_t>(ChunkKind::kOffset) && chunks[c].nonzero_mask == 0xFFFFu &&
+           chunks[c].start == static_cast<int32_t>(((c + nc / 2) % nc) * kLanes);
+  }
+  return half;
+}
+
+// perm_rows_direct for D = 16 * NC with NC in 1..8 and the half rotation (half_row_regs) or the
+// interleave swap (swap_row_regs): each run of rows that share their table rows loads them into
+// registers once.
+template <typename T, int NC, ChunkShape kShape>
+void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b) {
+  const int64_t D = plan.D;
+  const int64_t ahead_rows = prefetch_rows(plan.D * static_cast<int64_t>(sizeof(T)));
+  const ChunkPlan* chunks = plan.chunks.data();
+  for (int64_t r0 = 0; r0 < b.n;) {
+    const int64_t r1 = table_run_end(b, r0);
+    const float* cs = static_cast<const float*>(b.cos[r0]);
+    const float* sn = static_cast<const float*>(b.sin[r0]);
+    const ChunkTables<NC> regs(cs, sn);
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* x = static_cast<const T*>(b.x[r]);
+      T* out = static_cast<T*>(b.out[r]);
+      if (const void* ahead = b.row_ahead(r, ahead_rows)) prefetch_row(ahead, D * sizeof(T));
+      // Non-temporal stores need every chunk aligned to its own size.
+      const bool stream = b.stream_out && (reinterpret_cast<uintptr_t>(out) % (kLanes * sizeof(T))) == 0;
+      __mmask16 fixup;
+      if constexpr (kShape == ChunkShape::kHalf) {
+        fixup = stream ? half_row_regs<T, NC, true>(x, out, regs) : half_row_regs<T, NC, false>(x, out, regs);
+      } else {
+        fixup = stream ? swap_row_regs<T, NC, true>(x, out, regs) : swap_row_regs<T, NC, false>(x, out, regs);
+      }
+      if (fixup != 0) {  // rare: subnormal or NaN results
+        if (stream) {
+          direct_row<T, true, true, true>(chunks, D, D, x, out, cs, sn);
+        } else {
+          direct_row<T, true, false, true>(chunks, D, D, x, out, cs, sn);
+        }
+      }
+    }
+    r0 = r1;
+  }
+  if (b.stream_out) _mm_sfence();  // order the non-temporal stores before the batch ends
 }
 
 template <typename T>
@@ -270,11 +395,34 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   // In place, a chunk's partners may already be overwritten: take the buffered rows.
   if (b.in_place) return perm_rows_buffered<T>(plan, b, scratch);
   const int64_t D = plan.D, Dp = plan.Dp;
+  const int64_t ahead_rows = prefetch_rows(plan.D * static_cast<int64_t>(sizeof(T)));
   const ChunkPlan* chunks = plan.chunks.data();
   const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
+  if (full && is_half_rotation(plan.chunks)) {
+    switch (D / kLanes) {
+      case 2: return perm_rows_direct_regs<T, 2, ChunkShape::kHalf>(plan, b);
+      case 4: return perm_rows_direct_regs<T, 4, ChunkShape::kHalf>(plan, b);
+      case 6: return perm_rows_direct_regs<T, 6, ChunkShape::kHalf>(plan, b);
+      case 8: return perm_rows_direct_regs<T, 8, ChunkShape::kHalf>(plan, b);
+      default: break;
+    }
+  }
+  if (full && plan.pair_swap) {
+    switch (D / kLanes) {
+      case 1: return perm_rows_direct_regs<T, 1, ChunkShape::kSwap>(plan, b);
+      case 2: return perm_rows_direct_regs<T, 2, ChunkShape::kSwap>(plan, b);
+      case 3: return perm_rows_direct_regs<T, 3, ChunkShape::kSwap>(plan, b);
+      case 4: return perm_rows_direct_regs<T, 4, ChunkShape::kSwap>(plan, b);
+      case 5: return perm_rows_direct_regs<T, 5, ChunkShape::kSwap>(plan, b);
+      case 6: return perm_rows_direct_regs<T, 6, ChunkShape::kSwap>(plan, b);
+      case 7: return perm_rows_direct_regs<T, 7, ChunkShape::kSwap>(plan, b);
+      case 8: return perm_rows_direct_regs<T, 8, ChunkShape::kSwap>(plan, b);
+      default: break;
+    }
+  }
   for (int64_t r = 0; r < b.n; ++r) {
     const auto [x, out, cs, sn] = BatchRow<T, float>(b, r);
-    if (const void* ahead = b.row_ahead(r, kPrefetchRows)) prefetch_row(ahead, D * sizeof(T));
+    if (const void* ahead = b.row_ahead(r, ahead_rows)) prefetch_row(ahead, D * sizeof(T));
     // Non-temporal stores need every chunk full and aligned to its own size.
     const bool stream = b.stream_out && full && (reinterpret_cast<uintptr_t>(out) % (kLanes * sizeof(T))) == 0;
     if (!full) {
@@ -292,11 +440,12 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
 template <typename T>
 void perm_rows_buffered(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   const int64_t D = plan.D, Dp = plan.Dp;
+  const int64_t ahead_rows = prefetch_rows(plan.D * static_cast<int64_t>(sizeof(T)));
   float* xf = static_cast<float*>(scratch);
   const ChunkPlan* chunks = plan.chunks.data();
   for (int64_t r = 0; r < b.n; ++r) {
     const auto [x, out, cs, sn] = BatchRow<T, float>(b, r);
-    if (const void* ahead = b.row_ahead(r, kPrefetchRows)) prefetch_row(ahead, D * sizeof(T));
+    if (const void* ahead = b.row_ahead(r, ahead_rows)) prefetch_row(ahead, D * sizeof(T));
     load_row(x, xf, D, Dp);
     for (int64_t j = 0, c = 0; j < Dp; j += kLanes, ++c) {
       const __m512 xc = _mm512_load_ps(xf + j);
@@ -494,106 +643,196 @@ inline __m512i pair_bits_native(__m512 even, __m512 odd) {
 
 // What every group of a pair plan does, when they all do the same (most modes): the row loop
 // then has no per-group branches.
-enum class PairShape { kMixed, kAllSwapped, kAllOffset };
+// kHalfRotation: offset loads where group g's partners are group g + NG/2 mod NG (rotate_half).
+enum class PairShape { kMixed, kAllSwapped, kAllOffset, kHalfRotation };
 
 inline PairShape pair_shape(const std::vector<PairGroupPlan>& groups) {
-  bool swapped = true, offset = true;
-  for (const PairGroupPlan& g : groups) {
+  const size_t ng = groups.size();
+  bool swapped = true, offset = true, half = ng % 2 == 0;
+  for (size_t i = 0; i < ng; ++i) {
+    const PairGroupPlan& g = groups[i];
     swapped = swapped && g.kind == static_cast<int32_t>(PairKind::kSame) && g.swap == 0xFFFFu && g.nonzero == 0xFFFFFFFFu;
     offset = offset && g.kind == static_cast<int32_t>(PairKind::kOffset) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
+    half = half && g.start == static_cast<int32_t>(((i + ng / 2) % ng) * 2 * kLanes);
   }
+  if (offset && half) return PairShape::kHalfRotation;
   return swapped ? PairShape::kAllSwapped : offset ? PairShape::kAllOffset : PairShape::kMixed;
 }
 
-// One row; returns the subnormal- or NaN-result lanes when unchecked with AVX512_BF16 (then the caller
-// redoes the row checked), else 0.
+// Rounds a group's even and odd fp32 results to 32 bf16 and stores them; see pair_group.
+template <bool kStream, bool kChecked>
+NPU_OPS_ROW_INLINE void pair_store(c10::BFloat16* out, __m512 re, __m512 ro, __mmask16& fixup) {
+  __m512i bits;
+#ifdef NPU_OPS_NATIVE_BF16
+  if constexpr (kChecked) {
+    bits = pair_bits_exact(re, ro);
+  } else {
+    fixup = _kor_mask16(fixup, _kor_mask16(_mm512_fpclass_ps_mask(re, kFixupClasses), _mm512_fpclass_ps_mask(ro, kFixupClasses)));
+    bits = pair_bits_native(re, ro);
+  }
+#else
+  (void)fixup;
+  bits = pair_bits_exact(re, ro);
+#endif
+  if constexpr (kStream) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(out), bits);
+  } else {
+    _mm512_storeu_si512(out, bits);
+  }
+}
+
+// One group g of 32 elements of a row, with the group's table values (even and odd halves of cos
+// and sin); ORs the subnormal- or NaN-result lanes into `fixup` when unchecked with AVX512_BF16.
 template <PairShape kShape, bool kStream, bool kChecked>
-inline uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
+NPU_OPS_ROW_INLINE void pair_group(const PairGroupPlan& gp, int64_t g, const c10::BFloat16* x, c10::BFloat16* out,
+                       __m512 ce, __m512 co, __m512 se, __m512 so, __mmask16& fixup) {
+  const __m512i own = _mm512_loadu_si512(x + g * 2 * kLanes);
+  const __m512 xe = even_fp32(own), xo = odd_fp32(own);
+  __m512 pe, po;
+  if (kShape == PairShape::kAllSwapped ||
+      (kShape == PairShape::kMixed && gp.kind == static_cast<int32_t>(PairKind::kSame) &&
+       gp.swap == 0xFFFFu && gp.nonzero == 0xFFFFFFFFu)) {
+    pe = xo;  // interleave: each element's partner is the other one of its pair
+    po = xe;
+  } else if (kShape == PairShape::kAllOffset || kShape == PairShape::kHalfRotation) {
+    const __m512i p = _mm512_loadu_si512(x + gp.start);
+    pe = even_fp32(p);
+    po = odd_fp32(p);
+  } else {
+    __m512i p = pair_partners(gp, x, own);
+    if (gp.swap != 0) p = _mm512_mask_rol_epi32(p, static_cast<__mmask16>(gp.swap), p, 16);
+    if (gp.nonzero != 0xFFFFFFFFu) p = _mm512_maskz_mov_epi16(gp.nonzero, p);
+    pe = even_fp32(p);
+    po = odd_fp32(p);
+  }
+  pair_store<kStream, kChecked>(out + g * 2 * kLanes, _mm512_add_ps(_mm512_mul_ps(xe, ce), _mm512_mul_ps(pe, se)),
+                                _mm512_add_ps(_mm512_mul_ps(xo, co), _mm512_mul_ps(po, so)), fixup);
+}
+
+// One row, its table values read from memory; returns the subnormal- or NaN-result lanes when
+// unchecked with AVX512_BF16 (then the caller redoes the row checked), else 0.
+template <PairShape kShape, bool kStream, bool kChecked>
+NPU_OPS_ROW_INLINE uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
                          c10::BFloat16* out, const float* cs, const float* sn) {
   __mmask16 fixup = 0;
   for (int64_t g = 0; g < ngroups; ++g) {
-    const PairGroupPlan& gp = groups[g];
-    const __m512i own = _mm512_loadu_si512(x + g * 2 * kLanes);
-    const __m512 xe = even_fp32(own), xo = odd_fp32(own);
-    __m512 pe, po;
-    if (kShape == PairShape::kAllSwapped ||
-        (kShape == PairShape::kMixed && gp.kind == static_cast<int32_t>(PairKind::kSame) &&
-         gp.swap == 0xFFFFu && gp.nonzero == 0xFFFFFFFFu)) {
-      pe = xo;  // interleave: each element's partner is the other one of its pair
-      po = xe;
-    } else if (kShape == PairShape::kAllOffset) {
-      const __m512i p = _mm512_loadu_si512(x + gp.start);
-      pe = even_fp32(p);
-      po = odd_fp32(p);
-    } else {
-      __m512i p = pair_partners(gp, x, own);
-      if (gp.swap != 0) p = _mm512_mask_rol_epi32(p, static_cast<__mmask16>(gp.swap), p, 16);
-      if (gp.nonzero != 0xFFFFFFFFu) p = _mm512_maskz_mov_epi16(gp.nonzero, p);
-      pe = even_fp32(p);
-      po = odd_fp32(p);
-    }
     const float* c = cs + g * 2 * kLanes;
     const float* s = sn + g * 2 * kLanes;
-    const __m512 re = _mm512_add_ps(_mm512_mul_ps(xe, _mm512_loadu_ps(c)), _mm512_mul_ps(pe, _mm512_loadu_ps(s)));
-    const __m512 ro = _mm512_add_ps(_mm512_mul_ps(xo, _mm512_loadu_ps(c + kLanes)),
-                                    _mm512_mul_ps(po, _mm512_loadu_ps(s + kLanes)));
-    __m512i bits;
-#ifdef NPU_OPS_NATIVE_BF16
-    if constexpr (kChecked) {
-      bits = pair_bits_exact(re, ro);
-    } else {
-      fixup = _kor_mask16(fixup, _kor_mask16(_mm512_fpclass_ps_mask(re, kFixupClasses), _mm512_fpclass_ps_mask(ro, kFixupClasses)));
-      bits = pair_bits_native(re, ro);
-    }
-#else
-    bits = pair_bits_exact(re, ro);
-#endif
-    if constexpr (kStream) {
-      _mm512_stream_si512(reinterpret_cast<__m512i*>(out + g * 2 * kLanes), bits);
-    } else {
-      _mm512_storeu_si512(out + g * 2 * kLanes, bits);
-    }
+    pair_group<kShape, kStream, kChecked>(groups[g], g, x, out, _mm512_loadu_ps(c), _mm512_loadu_ps(c + kLanes),
+                                          _mm512_loadu_ps(s), _mm512_loadu_ps(s + kLanes), fixup);
   }
   return fixup;
 }
 
-template <PairShape kShape, bool kStream>
-inline void pair_row_exact(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
-                           c10::BFloat16* out, const float* cs, const float* sn) {
-  if (pair_row<kShape, kStream, false>(groups, ngroups, x, out, cs, sn) != 0) {
-    pair_row<kShape, kStream, true>(groups, ngroups, x, out, cs, sn);  // rare: subnormal or NaN results
+// The table rows of one run in registers, for D = 32 * NG (NG <= 4: 4 * NG of the 32 vector
+// registers), so that the rows of a run load only x: a table row is read once per run, not once
+// per row.
+template <int NG>
+struct PairTables {
+  __m512 c[2 * NG], s[2 * NG];
+  PairTables(const float* cs, const float* sn) {
+    for (int i = 0; i < 2 * NG; ++i) {
+      c[i] = _mm512_loadu_ps(cs + i * kLanes);
+      s[i] = _mm512_loadu_ps(sn + i * kLanes);
+    }
   }
+};
+
+template <PairShape kShape, int NG, bool kStream>
+NPU_OPS_ROW_INLINE uint32_t pair_row_regs(const PairGroupPlan* groups, const c10::BFloat16* x, c10::BFloat16* out,
+                              const PairTables<NG>& t) {
+  __mmask16 fixup = 0;
+  if constexpr (kShape == PairShape::kHalfRotation) {
+    // Every group of the row is loaded and split once, and serves as its own group and as the
+    // partners of group g + NG/2.
+    __m512 xe[NG], xo[NG];
+    for (int g = 0; g < NG; ++g) {
+      const __m512i own = _mm512_loadu_si512(x + g * 2 * kLanes);
+      xe[g] = even_fp32(own);
+      xo[g] = odd_fp32(own);
+    }
+    for (int g = 0; g < NG; ++g) {
+      const int p = (g + NG / 2) % NG;
+      pair_store<kStream, false>(out + g * 2 * kLanes,
+                                 _mm512_add_ps(_mm512_mul_ps(xe[g], t.c[2 * g]), _mm512_mul_ps(xe[p], t.s[2 * g])),
+                                 _mm512_add_ps(_mm512_mul_ps(xo[g], t.c[2 * g + 1]), _mm512_mul_ps(xo[p], t.s[2 * g + 1])),
+                                 fixup);
+    }
+    return fixup;
+  }
+  for (int g = 0; g < NG; ++g) {
+    pair_group<kShape, kStream, false>(groups[g], g, x, out, t.c[2 * g], t.c[2 * g + 1], t.s[2 * g],
+                                       t.s[2 * g + 1], fixup);
+  }
+  return fixup;
 }
 
-template <PairShape kShape>
+// pair_rows for NG groups per row (NG = 0: any number, table values read per row).
+template <PairShape kShape, int NG>
 void pair_rows_shaped(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   using T = c10::BFloat16;
   const int64_t D = plan.D, ngroups = D / (2 * kLanes);
+  const int64_t ahead_rows = prefetch_rows(plan.D * static_cast<int64_t>(sizeof(T)));
   const PairGroupPlan* groups = plan.pair_groups.data();
   T* copy = static_cast<T*>(scratch);
-  for (int64_t r = 0; r < b.n; ++r) {
-    auto [x, out, cs, sn] = BatchRow<T, float>(b, r);
-    if (const void* ahead = b.row_ahead(r, kPrefetchRows)) prefetch_row(ahead, D * sizeof(T));
-    if (b.in_place) {
-      // Partners are read while the row is being written: read them from a copy.
-      std::memcpy(copy, x, D * sizeof(T));
-      x = copy;
+  for (int64_t r0 = 0; r0 < b.n;) {
+    const int64_t r1 = NG > 0 ? table_run_end(b, r0) : r0 + 1;
+    const float* cs = static_cast<const float*>(b.cos[r0]);
+    const float* sn = static_cast<const float*>(b.sin[r0]);
+    const PairTables<(NG > 0 ? NG : 1)> regs(cs, sn);
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* x = static_cast<const T*>(b.x[r]);
+      T* out = static_cast<T*>(b.out[r]);
+      if (const void* ahead = b.row_ahead(r, ahead_rows)) prefetch_row(ahead, D * sizeof(T));
+      if (b.in_place) {
+        // Partners are read while the row is being written: read them from a copy.
+        std::memcpy(copy, x, D * sizeof(T));
+        x = copy;
+      }
+      const bool stream = b.stream_out && (reinterpret_cast<uintptr_t>(out) % 64) == 0;
+      uint32_t fixup;
+      if constexpr (NG > 0) {
+        fixup = stream ? pair_row_regs<kShape, NG, true>(groups, x, out, regs)
+                       : pair_row_regs<kShape, NG, false>(groups, x, out, regs);
+      } else {
+        fixup = stream ? pair_row<kShape, true, false>(groups, ngroups, x, out, cs, sn)
+                       : pair_row<kShape, false, false>(groups, ngroups, x, out, cs, sn);
+      }
+      if (fixup != 0) {  // rare: subnormal or NaN results
+        if (stream) {
+          pair_row<kShape, true, true>(groups, ngroups, x, out, cs, sn);
+        } else {
+          pair_row<kShape, false, true>(groups, ngroups, x, out, cs, sn);
+        }
+      }
     }
-    if (b.stream_out && (reinterpret_cast<uintptr_t>(out) % 64) == 0) {
-      pair_row_exact<kShape, true>(groups, ngroups, x, out, cs, sn);
-    } else {
-      pair_row_exact<kShape, false>(groups, ngroups, x, out, cs, sn);
-    }
+    r0 = r1;
   }
   if (b.stream_out) _mm_sfence();
+}
+
+// Tables in registers where every group is an offset load or its own pairs swapped; mixed plans
+// (permutes from up to four groups: the 3D modes) need those registers for their sources and
+// index vectors, and read the tables per row (measured: 3D 44+44+40 bf16 was slower with them).
+template <PairShape kShape>
+void pair_rows_sized(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+  if (kShape == PairShape::kMixed) return pair_rows_shaped<kShape, 0>(plan, b, scratch);
+  switch (plan.D / (2 * kLanes)) {
+    case 1: return pair_rows_shaped<kShape, 1>(plan, b, scratch);
+    case 2: return pair_rows_shaped<kShape, 2>(plan, b, scratch);
+    case 3: return pair_rows_shaped<kShape, 3>(plan, b, scratch);
+    case 4: return pair_rows_shaped<kShape, 4>(plan, b, scratch);
+    default: return pair_rows_shaped<kShape, 0>(plan, b, scratch);
+  }
 }
 
 // bf16 x with a pair plan; the tables come from pair_table_row.
 void pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   switch (pair_shape(plan.pair_groups)) {
-    case PairShape::kAllSwapped: return pair_rows_shaped<PairShape::kAllSwapped>(plan, b, scratch);
-    case PairShape::kAllOffset: return pair_rows_shaped<PairShape::kAllOffset>(plan, b, scratch);
-    default: return pair_rows_shaped<PairShape::kMixed>(plan, b, scratch);
+    case PairShape::kAllSwapped: return pair_rows_sized<PairShape::kAllSwapped>(plan, b, scratch);
+    case PairShape::kAllOffset: return pair_rows_sized<PairShape::kAllOffset>(plan, b, scratch);
+    case PairShape::kHalfRotation: return pair_rows_sized<PairShape::kHalfRotation>(plan, b, scratch);
+    default: return pair_rows_sized<PairShape::kMixed>(plan, b, scratch);
   }
 }
 

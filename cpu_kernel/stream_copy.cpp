@@ -30,7 +30,7 @@ namespace cpu {
 namespace {
 
 // Same threshold as the operator (rope_matrix_cpu.cpp): smaller calls run on the calling thread.
-constexpr int64_t kMinParallelElems = 16 * 1024;
+constexpr int64_t kMinParallelElems = 64 * 1024;
 // Work item: 64 KiB of output (a multiple of 64 bytes, so items start on a cache line of out).
 constexpr int64_t kChunk = 64 * 1024;
 

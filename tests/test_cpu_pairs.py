@@ -209,11 +209,11 @@ def test_large_output_streams_and_stays_exact():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_few_table_rows_many_heads_split_over_threads(dtype):
-    # Three table rows, 160 heads: one table block whose heads are sliced over the threads; and a
-    # call below the size that runs on one thread.
+    # Three table rows, 320 heads (122880 elements, above the size that runs on one thread): one
+    # table block whose heads are sliced over the threads; 160 heads and 2 heads: calls below it.
     g = torch.Generator().manual_seed(4)
     y = mode_matrix("half", [44, 44, 40], dtype=dtype)
-    for shape in ((4, 40, 3, 128), (1, 2, 3, 128)):
+    for shape in ((8, 40, 3, 128), (4, 40, 3, 128), (1, 2, 3, 128)):
         x = torch.randn(*shape, generator=g).to(dtype)
         sin, cos = torch.randn(2, 3, 128, generator=g).to(dtype).unbind(0)
         assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))

@@ -89,3 +89,23 @@ def test_sweep_rejects_unknown_values():
         sweep.main(["--dtypes", "int8"])
     with pytest.raises(SystemExit):
         sweep.main(["--threads", "0"])
+
+
+@pytest.mark.parametrize("timer", ["sweep", "bench"])
+def test_round_robin_calls_each_provider_once_per_round_in_changing_order(timer):
+    """A call pays for the dirty lines the call before it left, so the order changes every round."""
+    from npu_ops_transformer_ext import bench
+
+    calls = []
+    fns = {name: (lambda name=name: calls.append(name)) for name in "abcde"}
+    rounds = 12
+    if timer == "sweep":
+        res = sweep._time_round_robin(fns, warmup=0, iters=rounds)
+    else:
+        res = bench._time_round_robin(fns, warmup=0, iters=rounds)
+    assert set(res) == set(fns)
+    timed = calls[len(calls) - 5 * rounds:]  # the sweep's timer first calls each once to size the run
+    orders = [tuple(timed[i:i + 5]) for i in range(0, len(timed), 5)]
+    assert len(orders) == rounds and all(sorted(o) == list("abcde") for o in orders)
+    predecessors = {o[o.index("a") - 1] for o in orders if o.index("a") > 0}
+    assert len(set(orders)) > 1 and len(predecessors) > 1

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -126,7 +127,10 @@ def moved_bytes(provider: str, x: torch.Tensor, tables: Sequence[torch.Tensor]) 
 def _time_round_robin(fns: dict, warmup: int, iters: int, min_time: float = 0.0) -> dict:
     """{name: (median, p20, p80, min) ms}: at least ``iters`` rounds of one call of each, more
     (up to 5000) until the rounds take ``min_time`` seconds, so that small calls get enough samples
-    for a stable median and minimum on a busy machine."""
+    for a stable median and minimum on a busy machine. Each round calls the providers in a new
+    order (fixed seed): a call pays for writing back the dirty lines that the call before it left
+    in cache with ordinary stores (tens of MiB after ``copy_``), so no provider may always follow
+    the same one."""
     for fn in fns.values():
         for _ in range(warmup):
             fn()
@@ -136,10 +140,13 @@ def _time_round_robin(fns: dict, warmup: int, iters: int, min_time: float = 0.0)
     per_round = max(time.perf_counter() - t0, 1e-9)
     iters = max(iters, min(5000, int(min_time / per_round)))
     samples = {name: [] for name in fns}
+    order = list(fns)
+    rng = random.Random(0)
     for _ in range(iters):
-        for name, fn in fns.items():
+        rng.shuffle(order)
+        for name in order:
             t0 = time.perf_counter()
-            fn()
+            fns[name]()
             samples[name].append((time.perf_counter() - t0) * 1e3)
     out = {}
     for name, s in samples.items():

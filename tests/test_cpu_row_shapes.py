@@ -1,0 +1,108 @@
+"""The CPU kernel's specialised AVX-512 rows (cpu_kernel/rows_avx512_impl.h): the half rotation
+(each chunk loaded once, serving as its partner's partner), a run's table rows held in registers,
+for every dtype, D and mode that takes them, on cached and on streamed (>= 16 MiB, non-temporal)
+outputs, with results that need the exact rounding path (subnormal, NaN, overflow), on both AVX-512
+families. Bit for bit against the reference."""
+import pytest
+import torch
+from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference
+from special_values import ISAS as FAMILIES
+from special_values import assert_bit_exact
+
+op = torch.ops.npu_ops_transformer_ext.rope_matrix
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+# The AVX-512 families this CPU has (with and without AVX512_BF16), as NPU_OPS_CPU_ISA caps.
+ISAS = [cap for cap, family in FAMILIES if family.startswith("avx512")]
+pytestmark = pytest.mark.skipif(not ISAS, reason="this CPU has no AVX-512")
+
+
+def with_edge_values(x, sin, cos, g):
+    """Some rows whose results are subnormal, NaN or infinite (the exact rounding path)."""
+    tiny = torch.finfo(x.dtype).tiny
+    rows = x.view(-1, x.shape[-1])
+    n = rows.shape[0]
+    picks = torch.randint(0, n, (6,), generator=g)
+    rows[picks[0], 3] = float("nan")
+    rows[picks[1], 5] = float("inf")
+    rows[picks[2]] = tiny * 0.75  # times cos/sin in (-1, 1): subnormal results
+    rows[picks[3], :7] = -tiny * 0.5
+    rows[picks[4], -1] = torch.finfo(x.dtype).max
+    t = sin.view(-1, sin.shape[-1])
+    t[0, 1] = float("nan")
+    return x, sin, cos
+
+
+def operands(shape, d, dtype, g, bsnd=False):
+    """x [B, N, S, d] (or [B, S, N, d] with bsnd), tables [S, d] (or [S, 1, d])."""
+    b, n, s = shape
+    x = torch.randn(b, s, n, d, generator=g) if bsnd else torch.randn(b, n, s, d, generator=g)
+    sin = torch.rand(s, d, generator=g) * 2 - 1
+    cos = torch.rand(s, d, generator=g) * 2 - 1
+    if bsnd:
+        sin, cos = sin[:, None], cos[:, None]
+    return x.to(dtype), sin.to(dtype).contiguous(), cos.to(dtype).contiguous()
+
+
+MODES = {
+    "half32": ("half", [32]),
+    "half64": ("half", [64]),
+    "half96": ("half", [96]),
+    "half128": ("half", [128]),
+    "interleave128": ("interleave", [128]),
+    "3d": ("half", [44, 44, 40]),
+    "half48": ("half", [48]),  # odd chunk count: no half rotation, tables in registers
+    "half40": ("half", [40]),  # D not a multiple of 16: masked chunks
+}
+
+
+@pytest.mark.parametrize("isa", ISAS or [None])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("bsnd", [False, True])
+def test_cached_outputs(monkeypatch, isa, dtype, mode, bsnd):
+    if isa:
+        monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
+    kind, sections = MODES[mode]
+    d = sum(sections)
+    g = torch.Generator().manual_seed(d + len(mode))
+    y = mode_matrix(kind, sections, dtype=dtype)
+    # 7 heads: batches of 4 and 3 (BNSD); 37 table rows: blocks that do not divide evenly.
+    x, sin, cos = with_edge_values(*operands((2, 7, 37), d, dtype, g, bsnd), g)
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+    # In place takes the same rows with the output being the input.
+    xi = x.clone()
+    torch.ops.npu_ops_transformer_ext.rope_matrix_(xi, y, sin, cos)
+    assert_bit_exact(xi, rope_matrix_reference(x, y, sin, cos))
+
+
+@pytest.mark.parametrize("isa", ISAS or [None])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", ["half128", "interleave128", "3d", "half96"])
+def test_streamed_outputs(monkeypatch, isa, dtype, mode):
+    """Outputs of 16 MiB and more take the non-temporal stores."""
+    if isa:
+        monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
+    kind, sections = MODES[mode]
+    d = sum(sections)
+    g = torch.Generator().manual_seed(11)
+    y = mode_matrix(kind, sections, dtype=dtype)
+    s = -(-(16 << 20) // (5 * d * torch.tensor([], dtype=dtype).element_size()))
+    x, sin, cos = with_edge_values(*operands((1, 5, s), d, dtype, g), g)
+    assert x.numel() * x.element_size() >= 16 << 20
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_table_rows_shared_by_many_heads_and_broadcast_batches(dtype):
+    """Runs of rows that share their table rows: many heads per table row, and tables broadcast
+    over the batch dim too (every row of a batch reads table row 0)."""
+    g = torch.Generator().manual_seed(5)
+    y = mode_matrix("half", [128], dtype=dtype)
+    x = torch.randn(3, 40, 1, 128, generator=g).to(dtype)
+    sin = torch.randn(1, 1, 1, 128, generator=g).to(dtype)
+    cos = torch.randn(1, 1, 1, 128, generator=g).to(dtype)
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+    sin3 = torch.randn(3, 1, 1, 128, generator=g).to(dtype)
+    cos3 = torch.randn(3, 1, 1, 128, generator=g).to(dtype)
+    assert_bit_exact(op(x, y, sin3, cos3), rope_matrix_reference(x, y, sin3, cos3))
