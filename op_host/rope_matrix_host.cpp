@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "validation/rope_matrix_validate.h"
@@ -53,8 +54,10 @@ PreparedCall prepare_call(const char* op, const at::Tensor& x, const at::Tensor&
 
   const int64_t ks = table_s_dim(op, "sin", sin, x);
   const int64_t kc = table_s_dim(op, "cos", cos, x);
-  TORCH_CHECK_VALUE(ks == kc, op, " (NPU): sin ", shape_str(sin.sizes()), " and cos ", shape_str(cos.sizes()),
-                    " vary along different dims of x ", shape_str(x.sizes()), "; give both the same shape");
+  auto along = [](int64_t k) { return k < 0 ? std::string("no dim") : "dim " + std::to_string(k); };
+  TORCH_CHECK_VALUE(ks == kc, op, " (NPU): sin ", shape_str(sin.sizes()), " varies along ", along(ks), " and cos ",
+                    shape_str(cos.sizes()), " along ", along(kc), " of x ", shape_str(x.sizes()),
+                    "; the NPU kernels need both along the same dim: give both the same shape");
   Problem& p = c.problem;
   p.d = static_cast<uint64_t>(D);
   if (ks < 0) {  // one table row for every x row
@@ -136,7 +139,7 @@ LaunchPlan plan_launch(const PreparedCall& c, const Platform& plat, const platfo
       l.workspaceBytes = workspace_bytes(l.mix);
     }
   } catch (const TilingError& e) {
-    TORCH_CHECK_VALUE(false, e.what());
+    TORCH_CHECK_VALUE(false, "rope_matrix (NPU): ", e.what());
   }
   return l;
 }

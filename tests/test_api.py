@@ -165,6 +165,7 @@ BAD = [
     pytest.param((_x.float(), torch.ones(D, D, dtype=torch.complex64), _t.float(), _t.float()), TypeError, r"mat must have dtype torch.float32 \(x.dtype\) \(or another .*, got torch.complex64; pass mat.to\(x.dtype\)", id="mat-dtype-fp32-x"),
     pytest.param((_x, _y, torch.randn(5, 64).bfloat16(), _t), ValueError, r"sin must have last dim D = x.size\(-1\) = 128, got \[5, 64\]", id="sin-lastdim"),
     pytest.param((_x, _y, _t, torch.randn(6, D).bfloat16()), ValueError, r"cos \[6, 128\] does not broadcast to x \[2, 3, 5, 128\]: dim 0 is 6, expected 1 or 5 .*for_layout\(cos, layout\)", id="cos-broadcast"),
+    pytest.param((_x[:1], _y, torch.randn(2, 3, 5, D).bfloat16(), _t), ValueError, r"sin \[2, 3, 5, 128\] does not broadcast to x \[1, 3, 5, 128\]: dim 0 is 2, expected 1 \(dims align", id="sin-broadcast-x-dim-1"),
     pytest.param((_x, _y, torch.randn(1, 2, 3, 5, D).bfloat16(), _t), ValueError, r"sin must have rank 1..4", id="sin-rank"),
     pytest.param((_x, _y, _t.int(), _t), TypeError, r"sin must have a floating dtype \(torch.bfloat16, torch.float16, torch.float32 or torch.float64\), got torch.int32; pass sin.float\(\)", id="sin-dtype"),
     pytest.param((_x.float(), _y.float(), _t.float(), _t.int()), TypeError, r"cos must have a floating dtype .*, got torch.int32; pass cos.float\(\)", id="cos-dtype-fp32-x"),

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -69,8 +70,8 @@ void check_table(const char* op, const char* name, const at::Tensor& t, const at
   for (int64_t i = 0; i < t.dim(); ++i) {
     TORCH_CHECK_VALUE(t.size(i) == 1 || t.size(i) == x.size(off + i), op, ": ", name, " ",
                       shape_str(t.sizes()), " does not broadcast to ", x_name, " ",
-                      shape_str(x.sizes()), ": dim ", i, " is ", t.size(i), ", expected 1 or ",
-                      x.size(off + i), " (dims align from the right; for_layout(", name,
+                      shape_str(x.sizes()), ": dim ", i, " is ", t.size(i), ", expected ",
+                      x.size(off + i) == 1 ? std::string("1") : "1 or " + std::to_string(x.size(off + i)), " (dims align from the right; for_layout(", name,
                       ", layout) views an [S, D] table for a BNSD, BSND or SBND ", x_name, ")");
   }
   TORCH_CHECK_VALUE(t.device() == x.device(), op, ": ", name, " must be on ", x_name,

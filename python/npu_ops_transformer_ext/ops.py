@@ -15,6 +15,11 @@ _X_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 __all__ = ["rope_matrix", "rope_matrix_", "rope_matrix_qk"]
 
 
+
+def _one_or(n: int) -> str:
+    """What a broadcasting table dim may be against an x dim of size n."""
+    return "1" if n == 1 else f"1 or {n}"
+
 def rope_matrix(x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor) -> torch.Tensor:
     """RoPE ``(x, mat, sin, cos)``: x ``[..., D]``, mat ``[D, D]``, sin/cos broadcast to x -> ``x * cos + (x @ mat) * sin``.
 
@@ -109,7 +114,7 @@ def _check_table(op, name, t, x, x_name):
             t.shape[i] == 1 or t.shape[i] == x.shape[off + i],
             lambda i=i: f"{op}: {name} {list(t.shape)} does not broadcast to {x_name} {list(x.shape)}: "
             f"dim {i} "
-            f"is {t.shape[i]}, expected 1 or {x.shape[off + i]} (dims align from the right; "
+            f"is {t.shape[i]}, expected {_one_or(x.shape[off + i])} (dims align from the right; "
             f"for_layout({name}, layout) views an [S, D] table for a BNSD, BSND or SBND {x_name})",
         )
     torch._check_value(
