@@ -67,6 +67,21 @@ std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner,
       if (first < 0) first = src[l] - l;
       offset = offset && src[l] == first + l;
     }
+    // Runs of live lanes whose source pairs are consecutive.
+    int nseg = 0;
+    for (int l = 0, prev = -2; l < kLanes; ++l) {
+      if (!(live >> l & 1u)) continue;
+      if (nseg == 0 || prev != l - 1 || src[l] != src[prev] + 1) {
+        if (nseg == kMaxSegments) {
+          nseg = kMaxSegments + 1;
+          break;
+        }
+        p.seg_base[nseg] = 2 * (src[l] - l);
+        ++nseg;
+      }
+      p.seg_mask[nseg - 1] |= 1u << l;
+      prev = l;
+    }
     if (live == 0 || same) {
       p.kind = static_cast<int32_t>(PairKind::kSame);
     } else if (offset && first >= 0 && first + kLanes <= D / 2) {
@@ -77,6 +92,9 @@ std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner,
       p.a = groups[0];
       p.b = groups.size() > 1 ? groups[1] : groups[0];
       for (int l = 0; l < kLanes; ++l) p.idx[l] = (live >> l & 1u) ? lane_of(src[l], p.a) : 0;
+    } else if (nseg <= kMaxSegments) {
+      p.kind = static_cast<int32_t>(PairKind::kSegments);
+      p.nseg = nseg;
     } else if (source_groups(src, live, 4, groups)) {
       p.kind = static_cast<int32_t>(PairKind::kPermute2);
       p.a = groups[0];

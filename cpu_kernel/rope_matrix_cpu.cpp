@@ -431,7 +431,7 @@ void rope_matrix_inplace_cpu(const at::Tensor& x, const at::Tensor& y, const at:
 
 // Which row kernel rope_matrix(x, y, sin, cos) takes on this CPU: "<isa>/<rows kind>" (Kernels),
 // and for the pair rows "/" and one letter per group of 32 elements (PairKind: S same, O offset,
-// P permute, Q two permutes). A diagnostic for tests and benchmarks.
+// P permute, Q two permutes, R masked loads of runs). A diagnostic for tests and benchmarks.
 std::string cpu_kernel_choice(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
                               const at::Tensor& cos) {
   const RopeOperands in = check_rope_matrix_inputs("_cpu_kernel_choice", x, y, sin, cos);
@@ -440,7 +440,7 @@ std::string cpu_kernel_choice(const at::Tensor& x, const at::Tensor& y, const at
   std::string choice = std::string(k.isa) + "/" + k.rows_kind;
   if (choice.size() >= 6 && choice.compare(choice.size() - 6, 6, "/pairs") == 0) {
     choice += "/";
-    for (const PairGroupPlan& g : plan->pair_groups) choice += "SOPQ"[g.kind];
+    for (const PairGroupPlan& g : plan->pair_groups) choice += "SOPQR"[g.kind];
   }
   return choice;
 }

@@ -55,6 +55,8 @@ enum class PairKind : int32_t {
   kOffset = 1,    // partner pairs are consecutive from element `start`: one unaligned load
   kPermute = 2,   // partner pairs lie in groups a and b: one two-source permute
   kPermute2 = 3,  // ... in groups a, b (lanes not in mask2) and c, d (lanes in mask2): two
+  kSegments = 4,  // partner pairs form up to kMaxSegments runs of consecutive pairs: one masked
+                  // load per run (taken instead of the permutes when it has at most that many)
 };
 
 struct alignas(64) PairGroupPlan {
@@ -66,6 +68,9 @@ struct alignas(64) PairGroupPlan {
   uint32_t mask2;        // kPermute2: the pair lanes taken from (c | d)
   uint32_t swap;         // pair lanes whose partners are (odd, even) of their source pair
   uint32_t nonzero;      // one bit per output element (32): elements that have a partner
+  int32_t nseg;                    // kSegments: number of runs
+  int32_t seg_base[kMaxSegments];  // kSegments: pair lane l of run k reads the pair at element seg_base[k] + 2l
+  uint32_t seg_mask[kMaxSegments]; // kSegments: the pair lanes of run k
 };
 
 // The pair groups of a signed permutation, or an empty vector when it has no pair form.

@@ -608,6 +608,15 @@ inline __m512i pair_partners(const PairGroupPlan& g, const c10::BFloat16* x, __m
       return _mm512_loadu_si512(x + g.start);
     case PairKind::kPermute:
       return permute_groups(x, g.a, g.idx, g.b);
+    case PairKind::kSegments: {
+      // Masked loads never touch the lanes outside their mask (a base before the row start reads
+      // nothing outside the row).
+      __m512i v = _mm512_setzero_si512();
+      for (int32_t k = 0; k < g.nseg; ++k) {
+        v = _mm512_mask_loadu_epi32(v, static_cast<__mmask16>(g.seg_mask[k]), x + g.seg_base[k]);
+      }
+      return v;
+    }
     default:
       return _mm512_mask_mov_epi32(permute_groups(x, g.a, g.idx, g.b), static_cast<__mmask16>(g.mask2),
                                    permute_groups(x, g.c, g.idx2, g.d));
@@ -644,7 +653,9 @@ inline __m512i pair_bits_native(__m512 even, __m512 odd) {
 // What every group of a pair plan does, when they all do the same (most modes): the row loop
 // then has no per-group branches.
 // kHalfRotation: offset loads where group g's partners are group g + NG/2 mod NG (rotate_half).
-enum class PairShape { kMixed, kAllSwapped, kAllOffset, kHalfRotation };
+// kUnswapped: every group reads other pairs in order, each element has a partner (the 3D modes):
+// no per-group swap or zero-lane steps.
+enum class PairShape { kMixed, kAllSwapped, kAllOffset, kHalfRotation, kUnswapped };
 
 inline PairShape pair_shape(const std::vector<PairGroupPlan>& groups) {
   const size_t ng = groups.size();
@@ -655,7 +666,12 @@ inline PairShape pair_shape(const std::vector<PairGroupPlan>& groups) {
     offset = offset && g.kind == static_cast<int32_t>(PairKind::kOffset) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
     half = half && g.start == static_cast<int32_t>(((i + ng / 2) % ng) * 2 * kLanes);
   }
+  bool unswapped = true;
+  for (const PairGroupPlan& g : groups) {
+    unswapped = unswapped && g.kind != static_cast<int32_t>(PairKind::kSame) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
+  }
   if (offset && half) return PairShape::kHalfRotation;
+  if (!offset && unswapped) return PairShape::kUnswapped;
   return swapped ? PairShape::kAllSwapped : offset ? PairShape::kAllOffset : PairShape::kMixed;
 }
 
@@ -696,6 +712,10 @@ NPU_OPS_ROW_INLINE void pair_group(const PairGroupPlan& gp, int64_t g, const c10
     po = xe;
   } else if (kShape == PairShape::kAllOffset || kShape == PairShape::kHalfRotation) {
     const __m512i p = _mm512_loadu_si512(x + gp.start);
+    pe = even_fp32(p);
+    po = odd_fp32(p);
+  } else if (kShape == PairShape::kUnswapped) {
+    const __m512i p = pair_partners(gp, x, own);
     pe = even_fp32(p);
     po = odd_fp32(p);
   } else {
@@ -811,12 +831,13 @@ void pair_rows_shaped(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   if (b.stream_out) _mm_sfence();
 }
 
-// Tables in registers where every group is an offset load or its own pairs swapped; mixed plans
-// (permutes from up to four groups: the 3D modes) need those registers for their sources and
-// index vectors, and read the tables per row (measured: 3D 44+44+40 bf16 was slower with them).
+// Tables in registers where every group is an offset load or its own pairs swapped; mixed and
+// unswapped plans (permutes or runs from up to four groups: the 3D modes) need those registers
+// for their sources and index vectors, and read the tables per row (measured: 3D 44+44+40 bf16
+// was slower with them).
 template <PairShape kShape>
 void pair_rows_sized(const RotatePlan& plan, const RowBatch& b, void* scratch) {
-  if (kShape == PairShape::kMixed) return pair_rows_shaped<kShape, 0>(plan, b, scratch);
+  if (kShape == PairShape::kMixed || kShape == PairShape::kUnswapped) return pair_rows_shaped<kShape, 0>(plan, b, scratch);
   switch (plan.D / (2 * kLanes)) {
     case 1: return pair_rows_shaped<kShape, 1>(plan, b, scratch);
     case 2: return pair_rows_shaped<kShape, 2>(plan, b, scratch);
@@ -832,6 +853,7 @@ void pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
     case PairShape::kAllSwapped: return pair_rows_sized<PairShape::kAllSwapped>(plan, b, scratch);
     case PairShape::kAllOffset: return pair_rows_sized<PairShape::kAllOffset>(plan, b, scratch);
     case PairShape::kHalfRotation: return pair_rows_sized<PairShape::kHalfRotation>(plan, b, scratch);
+    case PairShape::kUnswapped: return pair_rows_sized<PairShape::kUnswapped>(plan, b, scratch);
     default: return pair_rows_sized<PairShape::kMixed>(plan, b, scratch);
   }
 }

@@ -75,7 +75,7 @@ def inputs(shape, d, g, table_dtype=torch.bfloat16):
         ("half", [64], "OO"),
         ("interleave", [128], "SSSS"),
         ("quarter", [128], "OOOO"),
-        ("half", [44, 44, 40], "PPQP"),  # the third group reads three groups: two permutes
+        ("half", [44, 44, 40], "PPRP"),  # the third group reads three groups: three runs
         ("interleave", [44, 44, 40], "SSSS"),
         ("half", [64, 64], "OOOO"),
     ],
@@ -220,3 +220,39 @@ def test_few_table_rows_many_heads_split_over_threads(dtype):
         xs = x.transpose(1, 2).contiguous()
         assert_bit_exact(op(xs, y, sin[:, None], cos[:, None]),
                          rope_matrix_reference(xs, y, sin[:, None], cos[:, None]))
+
+
+@needs_avx512
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("variant", ["plain", "swapped", "zero"])
+def test_run_groups_bit_exact(monkeypatch, isa, variant):
+    # Groups whose partner pairs span three groups but form at most three runs take masked loads
+    # (R): 3D 44+44+40 as is (no per-group swap or zero-lane step), with its output pairs swapped,
+    # and with a zero column; values that round to subnormals, NaN, Inf and ties on both paths.
+    if isa:
+        monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
+    d = 128
+    y = mode_matrix("half", [44, 44, 40])
+    if variant == "swapped":
+        y = y[:, torch.arange(d) ^ 1]
+    elif variant == "zero":
+        y = y.clone()
+        y[:, 70] = 0
+    g = torch.Generator().manual_seed(11)
+    x, sin, cos = inputs((2, 3, 9), d, g)
+    vals = [1.0 + 2**-8, 1.0 + 3 * 2**-8, 2**-130, -(2**-133), float("nan"), float("inf"), -float("inf"), 3.0]
+    x[0, 0] = torch.tensor(vals * (d // len(vals))).bfloat16()
+    x[0, 1] = 2**-127
+    sin[1] = 0
+    c = choice(x, y, sin, cos)
+    assert "R" in c.rsplit("/", 1)[1], c
+    # x @ y of a signed permutation moves each value to its partner (Inf and NaN reach no other
+    # output), so the fp32 reference here indexes.
+    yf = y.float()
+    partner, sign = yf.abs().argmax(0), yf.sum(0)
+    xf = x.float()
+    xp = torch.where(sign == 0, torch.zeros(()), xf[..., partner] * sign)
+    ref = (xf * cos.float() + xp * sin.float()).bfloat16()
+    assert_bit_exact(op(x, y, sin, cos), ref)
+    if variant == "plain":
+        assert_bit_exact(op(x[1], y, sin, cos), rope_matrix_reference(x[1], y, sin, cos))
