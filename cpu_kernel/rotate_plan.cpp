@@ -68,7 +68,7 @@ ChunkPlan plan_chunk(const std::vector<int32_t>& partner, int64_t D, int64_t c) 
   for (int64_t l = 0; l < n; ++l) {
     const int32_t s = partner[j0 + l];
     if (s < 0) continue;
-    if (nseg > 0 && l > 0 && partner[j0 + l - 1] == s - 1) {
+    if (nseg > 0 && l > 0 && partner[j0 + l - 1] >= 0 && partner[j0 + l - 1] == s - 1) {
       seg_mask[nseg - 1] |= 1u << l;
     } else {
       seg_base[nseg] = s - static_cast<int32_t>(l);

@@ -423,3 +423,25 @@ def test_rank_above_16_twin_agrees():
     out, _ = twin.run(x, y, sin, cos)
     assert x.dim() == 18 and out.shape == x.shape
     assert torch.equal(out.view(torch.int16), op(x, y, sin, cos).view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_partner_zero_after_zero_column_starts_its_own_run(dtype):
+    # A chunk whose partners span three source vectors is planned as runs of consecutive partners.
+    # Lane 5 reads element 0 right after lane 4, an all-zero column (partner -1): it must start a
+    # new run, not extend the run of lanes 0-3 (-1 == 0 - 1 made it read element 45).
+    d = 64
+    partner = [-1] * d
+    partner[0:4] = range(40, 44)
+    partner[5:9] = range(0, 4)
+    partner[9:13] = range(20, 24)
+    y = torch.zeros(d, d)
+    for c, s in enumerate(partner):
+        if s >= 0:
+            y[s, c] = 1.0
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, d, generator=g).to(dtype)
+    sin = torch.randn(5, d, generator=g).to(dtype)
+    cos = torch.randn(5, d, generator=g).to(dtype)
+    out = torch.ops.npu_ops_transformer_ext.rope_matrix(x, y.to(dtype), sin, cos)
+    assert torch.equal(out, rope_matrix_reference(x, y.to(dtype), sin, cos))
