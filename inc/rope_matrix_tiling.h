@@ -123,8 +123,10 @@ struct RopePermTiling {
   uint64_t outer, s, inner;
   uint64_t sBase, sRem;  // S rows per S-core: sBase, one more for S-cores [0, sRem)
   uint64_t oBase, oRem;  // outer heads per group: oBase, one more for groups [0, oRem)
-  uint64_t constOffset;  // bytes from the tiling start to the Gather offsets (uint32[chunkRows*dPad],
-                         // bytes into the fp32 x tile) followed by the signs (float[chunkRows*dPad])
+  uint64_t constOffset;  // bytes from the tiling start to the Gather offsets (uint32[chunkRows*dPad]:
+                         // bytes into the fp32 x tile, or on kPermPathGatherWords the first half
+                         // holds bytes into the 2-byte x tile per 32-bit word) followed by the signs
+                         // (float[chunkRows*dPad])
 };
 
 // After the offsets and signs the packed perm tiling holds y's partner runs: a uint32 count, then
@@ -139,9 +141,18 @@ constexpr uint32_t kPermRunWords = 1 + 3 * kMaxPermRuns;
 // How the perm kernel finds x[partner[j]] in UB (RopePermTiling::partnerPath, chosen by the host):
 // one strided UB copy per partner run (above); for 2-byte x whose partners are the pairs
 // (2i, 2i+1) (interleave in every block), by swapping the two 16-bit halves of every 32-bit word
-// of the x tile (ShiftLeft, ShiftRight by 16 and Or, at full vector speed) before the Cast; or one
-// Gather with the precomputed offsets (any other permutation).
-enum PermPartnerPath : uint32_t { kPermPathGather = 0, kPermPathRuns = 1, kPermPathSwapHalves = 2 };
+// of the x tile (ShiftLeft, ShiftRight by 16 and Or, at full vector speed) before the Cast; for
+// 2-byte x whose columns move in pairs (columns 2i and 2i+1 take the partners 2k and 2k+1, as in
+// half mode with even halves that are not 8-column aligned, e.g. 3D 44+44+40), one Gather of the
+// 32-bit words of the 2-byte x tile (half the elements of a Gather of fp32 x, at A2's 5 elements
+// per cycle for either width) before the Cast; or one Gather of the fp32 x tile with the
+// precomputed offsets (any other permutation).
+enum PermPartnerPath : uint32_t {
+  kPermPathGather = 0,
+  kPermPathRuns = 1,
+  kPermPathSwapHalves = 2,
+  kPermPathGatherWords = 3,
+};
 
 __aicore__ inline void PermCoreWork(const RopePermTiling& t, uint64_t v, uint64_t& sBegin, uint64_t& rows,
                                     uint64_t& oBegin, uint64_t& heads) {

@@ -122,9 +122,14 @@ std::vector<uint32_t> partner_runs(const std::vector<int32_t>& partner) {
 
 uint32_t perm_partner_path(const std::vector<int32_t>& partner, uint32_t xBytes) {
   if (partner_runs(partner)[0] > 0) return kPermPathRuns;
-  bool pairs = xBytes == 2 && partner.size() % 2 == 0;
-  for (uint64_t j = 0; pairs && j < partner.size(); ++j) pairs = partner[j] == static_cast<int32_t>(j ^ 1);
-  return pairs ? kPermPathSwapHalves : kPermPathGather;
+  if (xBytes != 2 || partner.size() % 2 != 0) return kPermPathGather;
+  bool swap = true, words = true;
+  for (uint64_t j = 0; j < partner.size(); j += 2) {
+    swap = swap && partner[j] == static_cast<int32_t>(j + 1) && partner[j + 1] == static_cast<int32_t>(j);
+    // columns j, j+1 take one 32-bit word of x: partners 2k, 2k+1 (an all-zero column has none)
+    words = words && partner[j] >= 0 && partner[j] % 2 == 0 && partner[j + 1] == partner[j] + 1;
+  }
+  return swap ? kPermPathSwapHalves : words ? kPermPathGatherWords : kPermPathGather;
 }
 
 std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector<int32_t>& partner,
@@ -133,15 +138,25 @@ std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector
   const uint64_t tile = static_cast<uint64_t>(t.chunkRows) * t.dPad;
   std::vector<uint8_t> out(t.constOffset + 2 * tile * 4 + kPermRunWords * 4, 0);
   std::memcpy(out.data(), &t, sizeof(t));
-  std::vector<uint32_t> offsets(tile);
+  std::vector<uint32_t> offsets(tile, 0);
   std::vector<float> signs(tile, 1.0f);
   const uint32_t zeroSlot = static_cast<uint32_t>(tile * 4);  // bytes: the +0 slot after the tile
+  const bool words = t.partnerPath == kPermPathGatherWords;
+  if (words && (t.xBytes != 2 || t.d % 2 || t.dPad % 2)) fail("the word Gather needs a 2-byte x and an even D");
   for (uint64_t r = 0; r < t.chunkRows; ++r) {
     for (uint64_t j = 0; j < t.dPad; ++j) {
       const uint64_t e = r * t.dPad + j;
       const int32_t src = j < t.d ? partner[j] : -1;
-      offsets[e] = src < 0 ? zeroSlot : static_cast<uint32_t>((r * t.dPad + static_cast<uint64_t>(src)) * 4);
       if (j < t.d) signs[e] = sign[j];
+      if (!words) {
+        offsets[e] = src < 0 ? zeroSlot : static_cast<uint32_t>((r * t.dPad + static_cast<uint64_t>(src)) * 4);
+      } else if (j % 2 == 0) {
+        // word e/2 of the 2-byte x tile: the word of its partner pair; a padding word reads its
+        // row's first word (loaded, and never stored)
+        if (j < t.d && (src < 0 || src % 2 || partner[j + 1] != src + 1)) fail("column ", j, " does not move in a pair");
+        const uint64_t col = j < t.d ? static_cast<uint64_t>(src) : 0;
+        offsets[e / 2] = static_cast<uint32_t>((r * t.dPad + col) * 2);
+      }
     }
   }
   std::memcpy(out.data() + t.constOffset, offsets.data(), tile * 4);

@@ -6,8 +6,9 @@
 // host chose (RopePermTiling::partnerPath), from one strided UB copy per run of columns whose
 // partners lie the same distance away (half, quarter, 2D halves; when the runs are 32-byte aligned,
 // see kMaxPermRuns), from swapping the two 16-bit halves of every 32-bit word of a 2-byte x tile
-// (interleaved pairs), or from one Gather (byte offsets precomputed by the host for a whole tile,
-// an all-zero column of y reads a +0 slot).
+// (interleaved pairs), from one Gather of the 32-bit words of a 2-byte x tile (columns that move
+// in pairs), or from one Gather of the fp32 x tile (byte offsets precomputed by the host for a
+// whole tile, an all-zero column of y reads a +0 slot).
 // The sign of y's column is folded into the sin row once per table row (an exact multiplication
 // by +-1); cos/sin rows are loaded once per row chunk and reused for every head. The arithmetic is
 // the CPU kernel's: fp32, x*cos, partner*sin, their sum, one rounding (CAST_RINT) to x's dtype,
@@ -134,6 +135,8 @@ class RopeMatrixPerm {
     }
     if (t_.partnerPath == kPermPathSwapHalves) {
       SwapHalves(xIn, pF, count);
+    } else if (t_.partnerPath == kPermPathGatherWords) {
+      GatherWords(xIn, pF, count);
     }
     inX_.FreeTensor(xIn);
     if (t_.partnerPath == kPermPathRuns) {
@@ -173,6 +176,19 @@ class RopeMatrixPerm {
       AscendC::LocalTensor<uint16_t> hi16 = hi.template ReinterpretCast<uint16_t>();
       AscendC::Or(hi16, hi16, lo.template ReinterpretCast<uint16_t>(), static_cast<int32_t>(count));
       AscendC::Cast(pF, hi.template ReinterpretCast<T>(), AscendC::RoundMode::CAST_NONE, count);
+    }
+  }
+
+  // The partners of columns that move in pairs, for a 2-byte x: one Gather of the x tile's 32-bit
+  // words (the host's word offsets fill the first half of the offsets' UB; the gathered words go to
+  // its second half), then cast to fp32 into pF.
+  __aicore__ inline void GatherWords(const AscendC::LocalTensor<T>& xIn, const AscendC::LocalTensor<float>& pF,
+                                     uint32_t count) {
+    if constexpr (sizeof(T) == 2) {
+      const uint32_t tileWords = t_.chunkRows * t_.dPad / 2;
+      AscendC::LocalTensor<uint32_t> got = consts_[tileWords];
+      AscendC::Gather(got, xIn.template ReinterpretCast<uint32_t>(), consts_, 0u, count / 2);
+      AscendC::Cast(pF, got.template ReinterpretCast<T>(), AscendC::RoundMode::CAST_NONE, count);
     }
   }
 

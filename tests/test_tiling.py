@@ -313,14 +313,16 @@ def _partner(y):
     return [int(c.nonzero()[0]) if c.any() else -1 for c in y.t()]
 
 
-GATHER, RUNS, SWAP = 0, 1, 2  # PermPartnerPath (inc/rope_matrix_tiling.h)
+GATHER, RUNS, SWAP, WORDS = 0, 1, 2, 3  # PermPartnerPath (inc/rope_matrix_tiling.h)
 
 
 @pytest.mark.parametrize(
     "mode,sections,x_bytes,expected",
     [
         ("half", [128], 2, RUNS), ("half", [128], 4, RUNS), ("half", [64, 64], 2, RUNS), ("quarter", [128], 2, RUNS),
-        ("half", [44, 44, 40], 2, GATHER),  # 22/20-column halves: not 8-column aligned
+        ("half", [44, 44, 40], 2, WORDS),  # 22/20-column halves: not 8-column aligned, but in pairs
+        ("half", [44, 44, 40], 4, GATHER),  # fp32: no pairs of 2-byte columns
+        ("half", [42, 42, 44], 2, GATHER),  # 21-column halves: odd, so pairs straddle the halves
         ("interleave", [128], 2, SWAP), ("interleave", [64, 64], 2, SWAP), ("interleave", [44, 44, 40], 2, SWAP),
         ("interleave", [80], 2, SWAP), ("interleave", [96], 2, SWAP),
         ("interleave", [128], 4, GATHER),  # fp32 pairs are 64-bit words: no half swap
@@ -331,6 +333,17 @@ def test_perm_partner_path_per_mode(mode, sections, x_bytes, expected):
     from npu_ops_transformer_ext.reference import mode_matrix
 
     assert _twin.perm_partner_path(_partner(mode_matrix(mode, sections)), x_bytes) == expected
+
+
+def test_perm_partner_path_word_gather_needs_whole_pairs():
+    # columns (2i, 2i+1) must take (2k, 2k+1), in that order, and no column may be all zero
+    pairs = [4, 5, 0, 1, 2, 3, 6, 7]
+    assert _twin.perm_partner_path(pairs, 2) == WORDS
+    assert _twin.perm_partner_path(pairs, 4) == GATHER  # 4-byte x: a word is one element
+    assert _twin.perm_partner_path([5, 4, 0, 1, 2, 3, 6, 7], 2) == GATHER  # a pair taken reversed
+    assert _twin.perm_partner_path([3, 4, 0, 1, 2, 5, 6, 7], 2) == GATHER  # an odd partner first
+    assert _twin.perm_partner_path([4, 5, -1, -1, 2, 3, 6, 7], 2) == GATHER  # all-zero columns
+    assert _twin.perm_partner_path(pairs[:6] + [6], 2) == GATHER  # odd D
 
 
 def test_perm_partner_path_swap_needs_every_pair():

@@ -19,7 +19,7 @@ twin = pytest.importorskip("npu_ops_transformer_ext.twin")
 
 DT = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 SPLITS = {"d64": [64], "d128": [128], "d44+44+40": [44, 44, 40], "d80": [80], "d96": [96]}
-MODES = ("half", "interleave", "quarter", "interleave-half", "random", "partial")
+MODES = ("half", "interleave", "quarter", "interleave-half", "random", "partial", "random-pairs")
 S_VALUES = (1, 7, 39, 40, 41, 78, 100, 1000, 1521)
 DTYPE_PAIRS = (("bf16", "x"), ("bf16", "fp32"), ("fp16", "x"), ("fp16", "fp32"), ("fp32", "x"))
 BN_VALUES = (1, 3, 24)
@@ -35,6 +35,14 @@ def _matrix(mode: str, split: list[int], dtype, g) -> torch.Tensor:
     d = sum(split)
     if mode == "random":  # any signed permutation: the Gather path with arbitrary offsets
         perm = torch.randperm(d, generator=g)
+        sign = torch.where(torch.rand(d, generator=g) < 0.5, -1.0, 1.0)
+        y = torch.zeros(d, d)
+        y[perm, torch.arange(d)] = sign
+        return y.to(dtype)
+    if mode == "random-pairs":  # columns move in pairs (2i, 2i+1) <- (2k, 2k+1), random signs: for a
+        # 2-byte x the Gather of 32-bit words
+        pairs = torch.randperm(d // 2, generator=g)
+        perm = torch.stack([2 * pairs, 2 * pairs + 1], 1).reshape(-1)
         sign = torch.where(torch.rand(d, generator=g) < 0.5, -1.0, 1.0)
         y = torch.zeros(d, d)
         y[perm, torch.arange(d)] = sign
@@ -102,6 +110,8 @@ def test_perm_kernel_bit_exact(layout, bn, s, split, dt, tdt, mode, form):
     assert torch.equal(out, _op(x, y, sin, cos)), "perm kernel differs from the CPU kernel"
     torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
     _check_perm_report(rep, x)
+    if mode == "random-pairs":  # 2-byte x: the Gather of 32-bit words (fp32 x: the fp32 Gather)
+        assert rep["tiling"]["partnerPath"] == (3 if dtype.itemsize == 2 else 0)
 
 
 def test_perm_kernel_small_s_splits_heads_too():
@@ -168,7 +178,7 @@ def _specials(dtype) -> list[float]:
 
 
 @pytest.mark.parametrize("dt,tdt", DTYPE_PAIRS)
-@pytest.mark.parametrize("mode", ["half", "interleave", "random", "partial"])
+@pytest.mark.parametrize("mode", ["half", "interleave", "random", "partial", "random-pairs"])
 def test_perm_kernel_special_values_bit_compared(dt, tdt, mode):
     g = torch.Generator().manual_seed(11)
     dtype = DT[dt]
@@ -188,6 +198,8 @@ def test_perm_kernel_special_values_bit_compared(dt, tdt, mode):
     y = _matrix(mode, [d], dtype, g)
     out, rep = twin.run(x, y, sin, cos)
     assert rep["kernel_kind"] == "perm"
+    if mode == "random-pairs":
+        assert rep["tiling"]["partnerPath"] == (3 if dtype.itemsize == 2 else 0)
     _assert_same_bits(out, _op(x, y, sin, cos))
 
 

@@ -137,22 +137,24 @@ def test_original_schedule_kernel_is_exact_and_clean(s):
      ("half", [128], torch.float32, "copies"),
      ("interleave", [128], torch.bfloat16, "swap"), ("interleave", [64, 64], torch.float16, "swap"),
      ("interleave", [44, 44, 40], torch.bfloat16, "swap"),
-     ("interleave", [128], torch.float32, "gather"), ("half", [44, 44, 40], torch.bfloat16, "gather")],
+     ("interleave", [128], torch.float32, "gather"), ("half", [44, 44, 40], torch.float32, "gather"),
+     ("half", [44, 44, 40], torch.bfloat16, "words"), ("half", [44, 44, 40], torch.float16, "words")],
 )
 def test_perm_kernel_finds_partners_by_the_path_the_host_chose(tmp_path, mode, sections, dtype, path):
     # Runs of columns whose partners lie the same distance away, 8-column aligned, move with one
     # strided UB copy each; interleaved pairs of a 2-byte x by swapping the 16-bit halves of each
-    # 32-bit word; anything else (fp32 pairs, 44-column halves) keeps the Gather. All exact.
+    # 32-bit word; columns of a 2-byte x that move in pairs (44-column halves) by a Gather of 32-bit
+    # words; anything else (fp32 pairs, fp32 44-column halves) keeps the fp32 Gather. All exact.
     d = sum(sections)
     x, _, sin, cos = _inputs(50, d=d, dtype=dtype)
     y = mode_matrix(mode, sections, dtype=dtype)
     trace = tmp_path / "t.json"
     out, rep = twin.run(x, y, sin, cos, kernel="perm", timeline=True, trace=str(trace))
     assert rep["kernel_kind"] == "perm"
-    assert rep["tiling"]["partnerPath"] == {"gather": 0, "copies": 1, "swap": 2}[path]
+    assert rep["tiling"]["partnerPath"] == {"gather": 0, "copies": 1, "swap": 2, "words": 3}[path]
     assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
     names = {e["name"] for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"}
-    assert ("Gather" in names) == (path == "gather")
+    assert ("Gather" in names) == (path in ("gather", "words"))
     assert ("DataCopy(UB->UB, params)" in names) == (path == "copies")
     swap_ops = {"ShiftLeft", "ShiftRight", "Or"}
     assert (names & swap_ops) == (swap_ops if path == "swap" else set())
