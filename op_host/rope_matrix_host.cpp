@@ -124,11 +124,12 @@ LaunchPlan plan_launch(const PreparedCall& c, const Platform& plat, const platfo
     }
     l.kind = choose_kernel(requested, c.isPerm, served, why);
     if (l.kind == NpuKernel::PERM) {
-      pt.partnerPath = perm_partner_path(c.partner, pt.xBytes);
+      const std::vector<uint32_t> runs = partner_runs(c.partner);
+      pt.partnerPath = perm_partner_path(c.partner, pt.xBytes, runs);
       l.perm = pt;
       l.kernel = c.permKernel;
       l.blockDim = pt.blockDim;
-      l.tiling = pack_perm_tiling(pt, c.partner, c.sign);
+      l.tiling = pack_perm_tiling(pt, c.partner, c.sign, runs);
       l.workspaceBytes = kSysWorkspace;  // no user workspace; the generated code still takes the system part
     } else {
       l.mix = compute_tiling(c.problem, plat, maxBlockDim, slotBytes);

@@ -121,7 +121,11 @@ std::vector<uint32_t> partner_runs(const std::vector<int32_t>& partner) {
 }
 
 uint32_t perm_partner_path(const std::vector<int32_t>& partner, uint32_t xBytes) {
-  if (partner_runs(partner)[0] > 0) return kPermPathRuns;
+  return perm_partner_path(partner, xBytes, partner_runs(partner));
+}
+
+uint32_t perm_partner_path(const std::vector<int32_t>& partner, uint32_t xBytes, const std::vector<uint32_t>& runs) {
+  if (runs[0] > 0) return kPermPathRuns;
   if (xBytes != 2 || partner.size() % 2 != 0) return kPermPathGather;
   bool swap = true, words = true;
   for (uint64_t j = 0; j < partner.size(); j += 2) {
@@ -133,8 +137,9 @@ uint32_t perm_partner_path(const std::vector<int32_t>& partner, uint32_t xBytes)
 }
 
 std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector<int32_t>& partner,
-                                      const std::vector<float>& sign) {
+                                      const std::vector<float>& sign, const std::vector<uint32_t>& runs) {
   if (partner.size() != t.d || sign.size() != t.d) fail("partner/sign size does not match D = ", t.d);
+  if (runs.size() != kPermRunWords) fail("partner runs of ", runs.size(), " words, expected ", kPermRunWords);
   const uint64_t tile = static_cast<uint64_t>(t.chunkRows) * t.dPad;
   std::vector<uint8_t> out(t.constOffset + 2 * tile * 4 + kPermRunWords * 4, 0);
   std::memcpy(out.data(), &t, sizeof(t));
@@ -161,7 +166,6 @@ std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector
   }
   std::memcpy(out.data() + t.constOffset, offsets.data(), tile * 4);
   std::memcpy(out.data() + t.constOffset + tile * 4, signs.data(), tile * 4);
-  const std::vector<uint32_t> runs = partner_runs(partner);
   std::memcpy(out.data() + t.constOffset + 2 * tile * 4, runs.data(), runs.size() * 4);
   return out;
 }

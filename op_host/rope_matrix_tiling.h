@@ -90,14 +90,16 @@ std::vector<uint32_t> partner_runs(const std::vector<int32_t>& partner);
 // elements and every column's partner is its pair (2i <-> 2i+1), the word Gather when x has 2-byte
 // elements and every pair of columns (2i, 2i+1) takes a pair (2k, 2k+1), else the Gather.
 uint32_t perm_partner_path(const std::vector<int32_t>& partner, uint32_t xBytes);
+// The same, given partner_runs(partner).
+uint32_t perm_partner_path(const std::vector<int32_t>& partner, uint32_t xBytes, const std::vector<uint32_t>& runs);
 
 // The perm kernel's `tiling` bytes: RopePermTiling, padding to constOffset, then per tile element
 // the Gather byte offset into the fp32 x tile (an all-zero column and the padding columns read the
 // +0 slot after the tile; on t.partnerPath == kPermPathGatherWords the first half holds one byte
 // offset into the 2-byte x tile per 32-bit word, the rest is 0) and the sign, then the partner runs
-// (partner_runs).
+// (`runs`: partner_runs(partner)).
 std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector<int32_t>& partner,
-                                      const std::vector<float>& sign);
+                                      const std::vector<float>& sign, const std::vector<uint32_t>& runs);
 
 // Which kernel serves a call: `requested` is "auto", "mix" or "perm" (anything else throws
 // TilingError listing them). "perm" needs a signed permutation and a perm tiling (else it throws

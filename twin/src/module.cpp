@@ -606,7 +606,9 @@ PYBIND11_MODULE(_twin, m) {
         py::arg("x_dtype") = "bfloat16", py::arg("table_dtype") = "bfloat16", py::arg("soc") = "Ascend910B3",
         py::arg("max_block_dim") = 0);
   m.def("perm_ub_bytes_per_element", &rope_matrix::perm_ub_bytes_per_element);
-  m.def("perm_partner_path", &rope_matrix::perm_partner_path, py::arg("partner"), py::arg("x_bytes"));
+  m.def("perm_partner_path", [](const std::vector<int32_t>& partner, uint32_t xBytes) {
+    return rope_matrix::perm_partner_path(partner, xBytes);
+  }, py::arg("partner"), py::arg("x_bytes"));
   m.def("tiling", &tiling_py, py::arg("outer"), py::arg("s"), py::arg("inner"), py::arg("d"),
         py::arg("x_dtype") = "bfloat16", py::arg("table_dtype") = "bfloat16", py::arg("soc") = "Ascend910B3",
         py::arg("max_block_dim") = 0, py::arg("slot_bytes") = rope_matrix::kSlotBytes);
