@@ -114,6 +114,27 @@ def test_perm_kernel_bit_exact(layout, bn, s, split, dt, tdt, mode, form):
         assert rep["tiling"]["partnerPath"] == (3 if dtype.itemsize == 2 else 0)
 
 
+@pytest.mark.parametrize("d", [18, 40, 72, 100])
+@pytest.mark.parametrize("dt,tdt", DTYPE_PAIRS[:4])
+@pytest.mark.parametrize("layout", ["bnsd", "bsnd"])
+def test_perm_kernel_word_gather_with_padded_rows(d, dt, tdt, layout):
+    # D not a multiple of 16: the UB row pitch dPad > D, and the padding words of each row gather
+    # their row's first word; pairs of columns permuted at random, random signs.
+    g = torch.Generator().manual_seed(d)
+    dtype = DT[dt]
+    tdtype = dtype if tdt == "x" else torch.float32
+    for s in (1, 39, 77):
+        x = torch.randn(_shape(layout, 3, s, d), generator=g).to(dtype)
+        y = _matrix("random-pairs", [d], dtype, g)
+        sin = torch.randn(_tshape(layout, 0, s, d), generator=g).to(tdtype)
+        cos = torch.randn(_tshape(layout, 0, s, d), generator=g).to(tdtype)
+        out, rep = twin.run(x, y, sin, cos)
+        assert rep["tiling"]["partnerPath"] == 3 and rep["tiling"]["dPad"] > d
+        assert torch.equal(out, _op(x, y, sin, cos)), "perm kernel differs from the CPU kernel"
+        torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+        _check_perm_report(rep, x)
+
+
 def test_perm_kernel_small_s_splits_heads_too():
     # S = 1 (decode): the S rows cannot feed 40 cores, so the outer heads are split as well.
     g = torch.Generator().manual_seed(7)
