@@ -511,10 +511,9 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
       });
       stats = L.stats();
       for (const auto& st : stats) {
-        const int slot = st.type == twin::CoreType::AIC ? 2 * L.block_dim() + st.block : 2 * st.block + st.sub;
         std::map<int, int> left;
         for (int f = 0; f < static_cast<int>(twin::kFlagIds); ++f) {
-          if (L.flag_counter(slot, f)) left[f] = L.flag_counter(slot, f);
+          if (L.flag_counter(st.slot, f)) left[f] = L.flag_counter(st.slot, f);
         }
         flags_left.push_back(left);
       }

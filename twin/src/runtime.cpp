@@ -171,6 +171,7 @@ void Launch::run(const std::function<void()>& body) {
     stats_[i].type = c->type;
     stats_[i].block = c->block;
     stats_[i].sub = c->sub;
+    stats_[i].slot = c->slot;
     c->stats = &stats_[i];
     ctxs_.push_back(c.get());
     ctxs.push_back(std::move(c));

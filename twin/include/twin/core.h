@@ -77,6 +77,7 @@ struct CoreStats {
   std::string name;
   CoreType type = CoreType::AIV;
   int block = 0, sub = 0;
+  int slot = 0;  // flag slot (Launch::flag_counter)
   std::map<std::string, GmTraffic> gm;  // per GM region name
   uint64_t ub_peak = 0;
   uint64_t flags_set = 0, flags_waited = 0;
