@@ -286,14 +286,12 @@ void set_params(twin::timing::HwParams& p, const py::dict& patch) {
   }
 }
 
-py::dict timeline_dict(const std::vector<std::string>& names, const twin::timing::Result& r,
-                       const twin::timing::HwParams& hw) {
+py::dict timeline_dict(const twin::timing::Result& r, const twin::timing::HwParams& hw) {
   py::list cores;
   uint64_t tot[4] = {};
-  for (size_t i = 0; i < r.cores.size(); ++i) {
-    const auto& c = r.cores[i];
+  for (const auto& c : r.cores) {
     py::dict d, busy, bytes;
-    d["name"] = names[i];
+    d["name"] = c.name;
     for (int p = 0; p < twin::kPipes; ++p) {
       if (c.busy_ns[p] > 0) busy[py::str(twin::pipe_name(p))] = c.busy_ns[p] / 1000.0;
     }
@@ -324,13 +322,6 @@ py::dict timeline_dict(const std::vector<std::string>& names, const twin::timing
   return t;
 }
 
-py::dict timeline_dict(const std::vector<twin::CoreStats>& stats, const twin::timing::Result& r,
-                       const twin::timing::HwParams& hw) {
-  std::vector<std::string> names;
-  for (const auto& s : stats) names.push_back(s.name);
-  return timeline_dict(names, r, hw);
-}
-
 // The scheduler on a hand-made record (tests): `cores` is a list of dicts {name, aic, ins, sets,
 // waits}; an instruction is {pipe, kind ("vector", "scalar", "mte"), ub_bytes, cycles, cap,
 // gm: [(region, write, off, bytes)], deps: {pipe: count}}, gated by the waits before it (`gate`);
@@ -344,12 +335,10 @@ py::dict schedule_py(const py::list& cores, const py::list& increments, const py
   rec.cores.resize(n);
   rec.slot_core.resize(n);
   rec.by_slot_flag.assign(n, std::vector<std::vector<int>>(twin::kFlagIds));
-  std::vector<std::string> names;
   for (size_t i = 0; i < n; ++i) {
     const py::dict c = cores[i].cast<py::dict>();
     twin::timing::CoreTrace& t = rec.cores[i];
     t.name = c["name"].cast<std::string>();
-    names.push_back(t.name);
     t.aic = c.contains("aic") && c["aic"].cast<bool>();
     rec.slot_core[i] = static_cast<int>(i);
     for (auto h : c["ins"].cast<py::list>()) {
@@ -403,7 +392,7 @@ py::dict schedule_py(const py::list& cores, const py::list& increments, const py
   }
   twin::timing::Result r = host_call([&] { return twin::timing::schedule(rec, true); });
   if (!trace_path.empty()) twin::timing::write_chrome_trace(rec, r, trace_path);
-  py::dict d = timeline_dict(names, r, rec.params);
+  py::dict d = timeline_dict(r, rec.params);
   py::list starts;
   for (const auto& sp : r.spans) starts.append(py::make_tuple(sp.core, sp.pipe, sp.start, sp.end));
   d["spans_ns"] = starts;
@@ -584,7 +573,7 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
   report["cores"] = cores;
   report["out_write_count_min"] = coverage_minmax[0];
   report["out_write_count_max"] = coverage_minmax[1];
-  if (timeline) report["timeline"] = timeline_dict(stats, timing, hw);
+  if (timeline) report["timeline"] = timeline_dict(timing, hw);
   result["out"] = out.view(x.sizes());
   result["report"] = report;
   return result;

@@ -230,6 +230,7 @@ Result schedule(const Recorder& rec, bool with_spans) {
   const int C = static_cast<int>(rec.cores.size());
   Result res;
   res.cores.resize(C);
+  for (int c = 0; c < C; ++c) res.cores[c].name = rec.cores[c].name;
 
   struct CoreState {
     std::vector<uint32_t> list[kPipes];

@@ -115,6 +115,7 @@ struct Span {
 };
 
 struct CoreResult {
+  std::string name;  // the core's (CoreTrace::name)
   double end_ns = 0;
   double busy_ns[kPipes] = {};
   uint64_t hbm_read = 0, hbm_write = 0, l2_read = 0, l2_write = 0;
