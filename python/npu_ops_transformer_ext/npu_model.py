@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
+from .precision import sections_for
 from .reference import mode_matrix
 
-__all__ = ["CALIBRATION", "MODES", "SEED_MEASURED_MS", "SEED_SHAPE", "calibration", "predict", "run", "sections_for"]
+__all__ = ["CALIBRATION", "MODES", "SEED_MEASURED_MS", "SEED_SHAPE", "calibration", "predict", "run"]
 
 SEED_SHAPE = (1, 24, 28800, 128)
 #: seed 002, bf16 [1, 24, 28800, 128] on a 910B: (eager small ops, npu_rotary_mul, original RoPE-Matrix)
@@ -47,17 +48,6 @@ CALIBRATION = (
 )
 
 
-def sections_for(d: int, parts: int) -> list[int]:
-    """The sections of a ``parts``-D RoPE over a head dim ``d``: the seed's 64+64 and 44+44+40 for
-    D = 128, otherwise even parts of about ``d / parts`` (the last takes the rest)."""
-    if d == 128 and parts == 3:
-        return [44, 44, 40]
-    if parts == 1:
-        return [d]
-    each = d // parts // 2 * 2
-    return [each] * (parts - 1) + [d - each * (parts - 1)]
-
-
 def _inputs(shape: Sequence[int], dtype: torch.dtype, mode: str):
     b, n, s, d = shape
     g = torch.Generator().manual_seed(0)
@@ -68,7 +58,7 @@ def _inputs(shape: Sequence[int], dtype: torch.dtype, mode: str):
     if rot is None:
         y = (torch.randn(d, d, generator=g) / d**0.5).to(dtype)
     else:
-        y = mode_matrix(rot, sections_for(d, parts), dtype=dtype)
+        y = mode_matrix(rot, sections_for(f"{parts}d", d), dtype=dtype)
     return x, y, sin, cos
 
 
