@@ -136,6 +136,16 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
   return k;
 }
 
+// The X-macro bodies of the field lists below (the tilings', the timing parameters'): FIELD_TO_DICT
+// puts field f of `t` into the dict `d`; FIELD_SET sets field f of `t` to `v` when the key `k` names
+// it, and `found`.
+#define FIELD_TO_DICT(f) d[#f] = t.f;
+#define FIELD_SET(f)                     \
+  if (k == #f) {                         \
+    t.f = static_cast<decltype(t.f)>(v); \
+    found = true;                        \
+  }
+
 #define TILING_FIELDS(X)                                                                                   \
   X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(outer) X(s) X(inner) \
       X(sBase) X(sRem) X(outerChunk) X(innerChunk) X(stepRows) X(headStride) X(slotElems) X(userWorkspace)
@@ -146,17 +156,13 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
 
 py::dict perm_tiling_dict(const rope_matrix::RopePermTiling& t) {
   py::dict d;
-#define X(f) d[#f] = t.f;
-  PERM_TILING_FIELDS(X)
-#undef X
+  PERM_TILING_FIELDS(FIELD_TO_DICT)
   return d;
 }
 
 py::dict tiling_dict(const rope_matrix::RopeMatrixTiling& t) {
   py::dict d;
-#define X(f) d[#f] = t.f;
-  TILING_FIELDS(X)
-#undef X
+  TILING_FIELDS(FIELD_TO_DICT)
   return d;
 }
 
@@ -167,13 +173,7 @@ void patch_tiling(rope_matrix::RopeMatrixTiling& t, const py::dict& patch) {
     if (k.rfind("cube.", 0) == 0) continue;  // the Matmul tiling's fields: patch_cube_tiling
     const uint64_t v = py::cast<uint64_t>(item.second);
     bool found = false;
-#define X(f)                                   \
-  if (k == #f) {                               \
-    t.f = static_cast<decltype(t.f)>(v);       \
-    found = true;                              \
-  }
-    TILING_FIELDS(X)
-#undef X
+    TILING_FIELDS(FIELD_SET)
     if (!found) throw py::key_error("unknown tiling field '" + k + "'");
   }
 }
@@ -261,27 +261,19 @@ py::dict perm_tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, 
       X(scalar_cycles) X(cube_macs_half) X(cube_macs_float) X(l0a_bytes_per_cycle) X(l0b_bytes_per_cycle)       \
       X(fix_bytes_per_cycle) X(matmul_fixed_cycles) X(flag_latency_cycles)
 
-py::dict params_dict(const twin::timing::HwParams& p) {
+py::dict params_dict(const twin::timing::HwParams& t) {
   py::dict d;
-#define X(f) d[#f] = p.f;
-  HW_PARAMS(X)
-#undef X
+  HW_PARAMS(FIELD_TO_DICT)
   return d;
 }
 
 // Overrides timing parameters by name (sensitivity studies and the scheduler's tests).
-void set_params(twin::timing::HwParams& p, const py::dict& patch) {
+void set_params(twin::timing::HwParams& t, const py::dict& patch) {
   for (auto item : patch) {
     const std::string k = py::cast<std::string>(item.first);
     const double v = py::cast<double>(item.second);
     bool found = false;
-#define X(f)     \
-  if (k == #f) { \
-    p.f = v;     \
-    found = true; \
-  }
-    HW_PARAMS(X)
-#undef X
+    HW_PARAMS(FIELD_SET)
     if (!found) throw py::key_error("unknown timing parameter '" + k + "'");
   }
 }
