@@ -45,6 +45,8 @@ def test_sections_for():
     assert precision.sections_for("3d", 128) == [44, 44, 40]
     assert precision.sections_for("2d", 64) == [32, 32]
     assert sum(precision.sections_for("3d", 96)) == 96
+    assert precision.sections_for("3d", 64) == [22, 22, 20]
+    assert precision.sections_for("2d", 34) == [16, 18]  # D/2 odd: even parts
 
 
 def test_cli_entry_point_fp32_tables():

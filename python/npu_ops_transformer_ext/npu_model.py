@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
+from .precision import sections_for
 from .reference import mode_matrix
 
-__all__ = ["CALIBRATION", "MODES", "SEED_MEASURED_MS", "SEED_SHAPE", "calibration", "predict", "run", "sections_for"]
+__all__ = ["CALIBRATION", "MODES", "SEED_MEASURED_MS", "SEED_SHAPE", "calibration", "predict", "run"]
 
 SEED_SHAPE = (1, 24, 28800, 128)
 #: seed 002, bf16 [1, 24, 28800, 128] on a 910B: (eager small ops, npu_rotary_mul, original RoPE-Matrix)
@@ -47,17 +48,6 @@ CALIBRATION = (
 )
 
 
-def sections_for(d: int, parts: int) -> list[int]:
-    """The sections of a ``parts``-D RoPE over a head dim ``d``: the seed's 64+64 and 44+44+40 for
-    D = 128, otherwise even parts of about ``d / parts`` (the last takes the rest)."""
-    if d == 128 and parts == 3:
-        return [44, 44, 40]
-    if parts == 1:
-        return [d]
-    each = d // parts // 2 * 2
-    return [each] * (parts - 1) + [d - each * (parts - 1)]
-
-
 def _inputs(shape: Sequence[int], dtype: torch.dtype, mode: str):
     b, n, s, d = shape
     g = torch.Generator().manual_seed(0)
@@ -68,7 +58,7 @@ def _inputs(shape: Sequence[int], dtype: torch.dtype, mode: str):
     if rot is None:
         y = (torch.randn(d, d, generator=g) / d**0.5).to(dtype)
     else:
-        y = mode_matrix(rot, sections_for(d, parts), dtype=dtype)
+        y = mode_matrix(rot, sections_for(f"{parts}d", d), dtype=dtype)
     return x, y, sin, cos
 
 
@@ -97,12 +87,17 @@ def predict(
     return report["timeline"]
 
 
-def calibration(soc: str = "Ascend910B3", timing_params: dict[str, float] | None = None) -> list[dict[str, Any]]:
+def calibration(soc: str = "Ascend910B3", timing_params: dict[str, float] | None = None,
+                predicted_ms: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """The model against the seed's two anchors at the seed shape: rows of name, predicted and
-    measured ms and the relative error."""
+    measured ms and the relative error. ``predicted_ms``: kernel -> the prediction in ms already
+    made for it at the seed shape, half 1D, bf16 (with the same ``soc`` and ``timing_params``),
+    used instead of running it again."""
     rows = []
     for name, kernel, measured in CALIBRATION:
-        pred = predict(SEED_SHAPE, "half-1d", kernel, soc=soc, timing_params=timing_params)["predicted_us"] / 1000
+        pred = (predicted_ms or {}).get(kernel)
+        if pred is None:
+            pred = predict(SEED_SHAPE, "half-1d", kernel, soc=soc, timing_params=timing_params)["predicted_us"] / 1000
         rows.append({"name": name, "predicted_ms": pred, "measured_ms": measured, "error": pred / measured - 1})
     return rows
 
@@ -136,7 +131,8 @@ def run(shape: Sequence[int], modes: Sequence[str], dtype: torch.dtype = torch.b
         print(line.replace("nan", "  -"))
     if seed:
         print("calibration (seed shape, bf16):")
-        for c in calibration(soc, timing_params):
+        half_1d = {r["kernel"]: r["predicted_ms"] for r in rows if r["mode"] == "half-1d"}
+        for c in calibration(soc, timing_params, half_1d):
             print(f"  {c['name']:<58} predicted {c['predicted_ms']:.3f} ms, measured {c['measured_ms']:.2f} ms, "
                   f"error {c['error']:+.1%}")
     return rows

@@ -47,11 +47,14 @@ SMALL_SHAPE = (1, 3, 97, 128)
 
 def sections_for(dims: str, d: int) -> list[int]:
     """RoPE axis split of head dim d: 1D ``[d]``, 2D ``[d/2, d/2]``, 3D the seed's ``44+44+40``
-    for d = 128 (in general ``[e, e, d - 2e]`` with ``e = 2 * round(d * 11 / 64)``)."""
+    for d = 128 (in general ``[e, e, d - 2e]`` with ``e = 2 * round(d * 11 / 64)``). For an even d
+    every part is even, as a half or interleave rotation needs: when d/2 is odd, 2D is
+    ``[d/2 - 1, d/2 + 1]``."""
     if dims == "1d":
         return [d]
     if dims == "2d":
-        return [d // 2, d // 2]
+        h = d // 4 * 2
+        return [h, d - h]
     if dims == "3d":
         e = 2 * round(d * 11 / 64)
         return [e, e, d - 2 * e]

@@ -136,6 +136,16 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
   return k;
 }
 
+// The X-macro bodies of the field lists below (the tilings', the timing parameters'): FIELD_TO_DICT
+// puts field f of `t` into the dict `d`; FIELD_SET sets field f of `t` to `v` when the key `k` names
+// it, and `found`.
+#define FIELD_TO_DICT(f) d[#f] = t.f;
+#define FIELD_SET(f)                     \
+  if (k == #f) {                         \
+    t.f = static_cast<decltype(t.f)>(v); \
+    found = true;                        \
+  }
+
 #define TILING_FIELDS(X)                                                                                   \
   X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(outer) X(s) X(inner) \
       X(sBase) X(sRem) X(outerChunk) X(innerChunk) X(stepRows) X(headStride) X(slotElems) X(userWorkspace)
@@ -146,17 +156,13 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
 
 py::dict perm_tiling_dict(const rope_matrix::RopePermTiling& t) {
   py::dict d;
-#define X(f) d[#f] = t.f;
-  PERM_TILING_FIELDS(X)
-#undef X
+  PERM_TILING_FIELDS(FIELD_TO_DICT)
   return d;
 }
 
 py::dict tiling_dict(const rope_matrix::RopeMatrixTiling& t) {
   py::dict d;
-#define X(f) d[#f] = t.f;
-  TILING_FIELDS(X)
-#undef X
+  TILING_FIELDS(FIELD_TO_DICT)
   return d;
 }
 
@@ -167,13 +173,7 @@ void patch_tiling(rope_matrix::RopeMatrixTiling& t, const py::dict& patch) {
     if (k.rfind("cube.", 0) == 0) continue;  // the Matmul tiling's fields: patch_cube_tiling
     const uint64_t v = py::cast<uint64_t>(item.second);
     bool found = false;
-#define X(f)                                   \
-  if (k == #f) {                               \
-    t.f = static_cast<decltype(t.f)>(v);       \
-    found = true;                              \
-  }
-    TILING_FIELDS(X)
-#undef X
+    TILING_FIELDS(FIELD_SET)
     if (!found) throw py::key_error("unknown tiling field '" + k + "'");
   }
 }
@@ -261,39 +261,29 @@ py::dict perm_tiling_py(uint64_t outer, uint64_t s, uint64_t inner, uint64_t d, 
       X(scalar_cycles) X(cube_macs_half) X(cube_macs_float) X(l0a_bytes_per_cycle) X(l0b_bytes_per_cycle)       \
       X(fix_bytes_per_cycle) X(matmul_fixed_cycles) X(flag_latency_cycles)
 
-py::dict params_dict(const twin::timing::HwParams& p) {
+py::dict params_dict(const twin::timing::HwParams& t) {
   py::dict d;
-#define X(f) d[#f] = p.f;
-  HW_PARAMS(X)
-#undef X
+  HW_PARAMS(FIELD_TO_DICT)
   return d;
 }
 
 // Overrides timing parameters by name (sensitivity studies and the scheduler's tests).
-void set_params(twin::timing::HwParams& p, const py::dict& patch) {
+void set_params(twin::timing::HwParams& t, const py::dict& patch) {
   for (auto item : patch) {
     const std::string k = py::cast<std::string>(item.first);
     const double v = py::cast<double>(item.second);
     bool found = false;
-#define X(f)     \
-  if (k == #f) { \
-    p.f = v;     \
-    found = true; \
-  }
-    HW_PARAMS(X)
-#undef X
+    HW_PARAMS(FIELD_SET)
     if (!found) throw py::key_error("unknown timing parameter '" + k + "'");
   }
 }
 
-py::dict timeline_dict(const std::vector<std::string>& names, const twin::timing::Result& r,
-                       const twin::timing::HwParams& hw) {
+py::dict timeline_dict(const twin::timing::Result& r, const twin::timing::HwParams& hw) {
   py::list cores;
   uint64_t tot[4] = {};
-  for (size_t i = 0; i < r.cores.size(); ++i) {
-    const auto& c = r.cores[i];
+  for (const auto& c : r.cores) {
     py::dict d, busy, bytes;
-    d["name"] = names[i];
+    d["name"] = c.name;
     for (int p = 0; p < twin::kPipes; ++p) {
       if (c.busy_ns[p] > 0) busy[py::str(twin::pipe_name(p))] = c.busy_ns[p] / 1000.0;
     }
@@ -324,13 +314,6 @@ py::dict timeline_dict(const std::vector<std::string>& names, const twin::timing
   return t;
 }
 
-py::dict timeline_dict(const std::vector<twin::CoreStats>& stats, const twin::timing::Result& r,
-                       const twin::timing::HwParams& hw) {
-  std::vector<std::string> names;
-  for (const auto& s : stats) names.push_back(s.name);
-  return timeline_dict(names, r, hw);
-}
-
 // The scheduler on a hand-made record (tests): `cores` is a list of dicts {name, aic, ins, sets,
 // waits}; an instruction is {pipe, kind ("vector", "scalar", "mte"), ub_bytes, cycles, cap,
 // gm: [(region, write, off, bytes)], deps: {pipe: count}}, gated by the waits before it (`gate`);
@@ -344,12 +327,10 @@ py::dict schedule_py(const py::list& cores, const py::list& increments, const py
   rec.cores.resize(n);
   rec.slot_core.resize(n);
   rec.by_slot_flag.assign(n, std::vector<std::vector<int>>(twin::kFlagIds));
-  std::vector<std::string> names;
   for (size_t i = 0; i < n; ++i) {
     const py::dict c = cores[i].cast<py::dict>();
     twin::timing::CoreTrace& t = rec.cores[i];
     t.name = c["name"].cast<std::string>();
-    names.push_back(t.name);
     t.aic = c.contains("aic") && c["aic"].cast<bool>();
     rec.slot_core[i] = static_cast<int>(i);
     for (auto h : c["ins"].cast<py::list>()) {
@@ -403,7 +384,7 @@ py::dict schedule_py(const py::list& cores, const py::list& increments, const py
   }
   twin::timing::Result r = host_call([&] { return twin::timing::schedule(rec, true); });
   if (!trace_path.empty()) twin::timing::write_chrome_trace(rec, r, trace_path);
-  py::dict d = timeline_dict(names, r, rec.params);
+  py::dict d = timeline_dict(r, rec.params);
   py::list starts;
   for (const auto& sp : r.spans) starts.append(py::make_tuple(sp.core, sp.pipe, sp.start, sp.end));
   d["spans_ns"] = starts;
@@ -511,10 +492,9 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
       });
       stats = L.stats();
       for (const auto& st : stats) {
-        const int slot = st.type == twin::CoreType::AIC ? 2 * L.block_dim() + st.block : 2 * st.block + st.sub;
         std::map<int, int> left;
         for (int f = 0; f < static_cast<int>(twin::kFlagIds); ++f) {
-          if (L.flag_counter(slot, f)) left[f] = L.flag_counter(slot, f);
+          if (L.flag_counter(st.slot, f)) left[f] = L.flag_counter(st.slot, f);
         }
         flags_left.push_back(left);
       }
@@ -585,7 +565,7 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
   report["cores"] = cores;
   report["out_write_count_min"] = coverage_minmax[0];
   report["out_write_count_max"] = coverage_minmax[1];
-  if (timeline) report["timeline"] = timeline_dict(stats, timing, hw);
+  if (timeline) report["timeline"] = timeline_dict(timing, hw);
   result["out"] = out.view(x.sizes());
   result["report"] = report;
   return result;

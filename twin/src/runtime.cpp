@@ -171,6 +171,7 @@ void Launch::run(const std::function<void()>& body) {
     stats_[i].type = c->type;
     stats_[i].block = c->block;
     stats_[i].sub = c->sub;
+    stats_[i].slot = c->slot;
     c->stats = &stats_[i];
     ctxs_.push_back(c.get());
     ctxs.push_back(std::move(c));
@@ -189,8 +190,6 @@ void Launch::run(const std::function<void()>& body) {
       timing_->slot_core[ctxs[i]->slot] = static_cast<int>(i);
     }
   }
-  pending_causes_.assign(2 * B, {});
-  arrival_causes_.assign(2 * B + 2, {});
   live_ = static_cast<int>(specs.size());
   waiting_ = 0;
   std::vector<std::thread> threads;
@@ -250,10 +249,11 @@ std::string Launch::deadlock_report_locked() {
   for (int g = 0; g < static_cast<int>(pending_.size()); ++g) {
     for (int f = 0; f < static_cast<int>(kFlagIds); ++f) {
       const auto& p = pending_[g][f];
-      if (p[0] == p[1]) continue;
+      if (p[0].size() == p[1].size()) continue;
       const int b = g % B;
-      os << " mode-" << (g < B ? 2 : 1) << " flag " << f << " of block " << b << ": set " << p[0] << " times by AIV_"
-         << 2 * b << ", " << p[1] << " by AIV_" << 2 * b + 1 << " (the counter rises once BOTH have set);";
+      os << " mode-" << (g < B ? 2 : 1) << " flag " << f << " of block " << b << ": set " << p[0].size()
+         << " times by AIV_" << 2 * b << ", " << p[1].size() << " by AIV_" << 2 * b + 1
+         << " (the counter rises once BOTH have set);";
     }
   }
   os << " finished cores: " << (static_cast<int>(stats_.size()) - live_);
@@ -324,19 +324,15 @@ void Launch::cross_set(int mode, int flag, int pipe) {
   auto vector_pair_set = [&](int group, const std::function<void()>& release) {
     if (!pair) return release();
     auto& p = pending_[group][flag];
-    if (p[c.sub] + 1 > static_cast<int>(kFlagCounterMax)) {
-      fail("flag-counter-overflow", str("flag ", flag, ": ", c.name, " set it ", p[c.sub] + 1,
+    if (p[c.sub].size() + 1 > kFlagCounterMax) {
+      fail("flag-counter-overflow", str("flag ", flag, ": ", c.name, " set it ", p[c.sub].size() + 1,
                                         " times while the other vector core of block ", c.block, " did not"));
     }
-    ++p[c.sub];
-    auto& pc = pending_causes_[group][flag];
-    pc[c.sub].push_back(my_cause);
-    if (p[0] > 0 && p[1] > 0) {
-      --p[0];
-      --p[1];
-      cur_causes_ = {pc[0].front(), pc[1].front()};
-      pc[0].pop_front();
-      pc[1].pop_front();
+    p[c.sub].push_back(my_cause);
+    if (!p[0].empty() && !p[1].empty()) {
+      cur_causes_ = {p[0].front(), p[1].front()};
+      p[0].pop_front();
+      p[1].pop_front();
       release();
     }
   };
@@ -354,12 +350,10 @@ void Launch::cross_set(int mode, int flag, int pipe) {
     });
   } else {  // mode 0: every core of this type of the launch
     const bool aic = c.type == CoreType::AIC;
-    int& a = arrivals_[2 * B + (aic ? 0 : 1)][flag];
+    auto& ac = arrivals_[2 * B + (aic ? 0 : 1)][flag];
     const int n = aic ? B : B * (pair ? 2 : 1);
-    auto& ac = arrival_causes_[2 * B + (aic ? 0 : 1)][flag];
     ac.push_back(my_cause);
-    if (++a == n) {
-      a = 0;
+    if (static_cast<int>(ac.size()) == n) {
       cur_causes_.swap(ac);
       ac.clear();
       for (auto* other : ctxs_) {
@@ -430,21 +424,21 @@ void Launch::finish_checks() {
   }
   for (size_t g = 0; g < pending_.size(); ++g) {
     for (int f = 0; f < static_cast<int>(kFlagIds); ++f) {
-      const auto& p = pending_[g][f];
-      if (p[0] || p[1]) {
+      const size_t p0 = pending_[g][f][0].size(), p1 = pending_[g][f][1].size();
+      if (p0 || p1) {
         const int b = static_cast<int>(g) % B;
         throw Violation(str("block ", b), "flag-unbalanced",
-                        str("flag ", f, ": AIV_", 2 * b, " set it ", p[0], " times, AIV_", 2 * b + 1, " ", p[1],
-                            " times; the ", p[0] > p[1] ? p[0] - p[1] : p[1] - p[0],
+                        str("flag ", f, ": AIV_", 2 * b, " set it ", p0, " times, AIV_", 2 * b + 1, " ", p1,
+                            " times; the ", p0 > p1 ? p0 - p1 : p1 - p0,
                             " unmatched sets never reached the target before kernel end"));
       }
     }
   }
   for (size_t i = 0; i < arrivals_.size(); ++i) {
     for (int f = 0; f < static_cast<int>(kFlagIds); ++f) {
-      if (arrivals_[i][f] != 0) {
+      if (!arrivals_[i][f].empty()) {
         throw Violation(str("block ", i % B), "flag-unbalanced",
-                        str("flag ", f, ": only ", arrivals_[i][f],
+                        str("flag ", f, ": only ", arrivals_[i][f].size(),
                             " of the cores a multi-core set needs arrived before kernel end"));
       }
     }

@@ -69,17 +69,9 @@ void CoreTrace::on_gm(int region, bool write, uint64_t off, uint64_t bytes) {
   const GmRange r{static_cast<uint32_t>(region), write, off, bytes};
   if (aic) {
     if (mm_.first_mte2 < 0) return;  // no IterateAll open (nothing else moves GM bytes on a cube core)
-    if (write) {
-      const int64_t block = static_cast<int64_t>(mm_.c_seen / mm_.c_row) / mm_.base_m;
-      mm_.c_seen += bytes;
-      add_range(ins[mm_.first_fix + 3 * std::min(block, mm_.blocks - 1)], r);
-    } else if (region == mm_.b_region) {
-      add_range(ins[mm_.first_mte2], r);
-    } else {
-      const int64_t block = static_cast<int64_t>(mm_.a_seen / mm_.a_row) / mm_.base_m;
-      mm_.a_seen += bytes;
-      add_range(ins[mm_.first_mte2 + 3 * std::min(block, mm_.blocks - 1)], r);
-    }
+    if (write) add_range(ins[mm_.first_fix + 3 * mm_.block], r);
+    else if (region == mm_.b_region) add_range(ins[mm_.first_mte2], r);
+    else add_range(ins[mm_.first_mte2 + 3 * mm_.block], r);
     return;
   }
   const int pipe = write ? kPipeMte3 : kPipeMte2;
@@ -87,7 +79,7 @@ void CoreTrace::on_gm(int region, bool write, uint64_t off, uint64_t bytes) {
   else pending_[pipe].push_back(r);
 }
 
-void CoreTrace::on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, int b_region) {
+void CoreTrace::on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int b_region) {
   const HwParams& p = *params;
   const bool fp32 = a_bytes == 4;
   auto up = [](int64_t v, int64_t to) { return (v + to - 1) / to * to; };
@@ -104,12 +96,8 @@ void CoreTrace::on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a
   const int64_t blocks = (m + base_m - 1) / base_m;
   mm_.first_mte2 = s + 1;
   mm_.first_fix = s + 3;
-  mm_.blocks = blocks;
-  mm_.base_m = base_m;
+  mm_.block = 0;
   mm_.b_region = b_region;
-  mm_.a_row = static_cast<uint64_t>(k * a_bytes);
-  mm_.c_row = static_cast<uint64_t>(n * c_bytes);
-  mm_.a_seen = mm_.c_seen = 0;
   for (int64_t j = 0; j < blocks; ++j) {
     const int64_t rows = std::min(base_m, m - j * base_m);
     Instr ld;
@@ -145,9 +133,14 @@ void CoreTrace::on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a
   }
 }
 
-void matmul_iterate_all(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, int b_region) {
+void matmul_iterate_all(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int b_region) {
   CoreTrace* t = core().pipes.trace;
-  if (t) t->on_matmul(m, n, k, base_m, a_bytes, c_bytes, b_region);
+  if (t) t->on_matmul(m, n, k, base_m, a_bytes, b_region);
+}
+
+void matmul_m_block(int64_t block) {
+  CoreTrace* t = core().pipes.trace;
+  if (t) t->on_matmul_block(block);
 }
 
 // ---- scheduling -------------------------------------------------------------------------------------
@@ -230,6 +223,7 @@ Result schedule(const Recorder& rec, bool with_spans) {
   const int C = static_cast<int>(rec.cores.size());
   Result res;
   res.cores.resize(C);
+  for (int c = 0; c < C; ++c) res.cores[c].name = rec.cores[c].name;
 
   struct CoreState {
     std::vector<uint32_t> list[kPipes];

@@ -56,6 +56,13 @@ void copy_into_vecin(uint32_t bytes, F copy) {
   }
 }
 
+// One DataCopyPad of the D-element row of `src` that starts at `elem` into `t`.
+void pad_copy_row(Ctx& c, const LocalTensor<bfloat16_t>& t, const GlobalTensor<bfloat16_t>& src, uint64_t elem = 0) {
+  DataCopyExtParams p{1, static_cast<uint32_t>(c.t.d * sizeof(bfloat16_t)), 0, 0, 0};
+  DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
+  DataCopyPad(t, src[elem], p, pad);
+}
+
 // On every vector core: one DataCopyPad of x with `p` and `pad` into a fresh VECIN tensor.
 void pad_copy_into_vecin(Ctx& c, uint32_t bytes, const DataCopyExtParams& p, const DataCopyPadExtParams<bfloat16_t>& pad) {
   copy_into_vecin(bytes, [&](LocalTensor<bfloat16_t>& t) { DataCopyPad(t, c.x, p, pad); });
@@ -229,10 +236,7 @@ BROKEN_ENTRY(test_only_datacopy_into_vecalc) {
   if ASCEND_IS_AIV {
     TBuf<TPosition::VECCALC> b;
     pipe.InitBuffer(b, 1024);
-    LocalTensor<bfloat16_t> t = b.Get<bfloat16_t>();
-    DataCopyExtParams p{1, static_cast<uint32_t>(c.t.d * sizeof(bfloat16_t)), 0, 0, 0};
-    DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
-    DataCopyPad(t, c.x, p, pad);
+    pad_copy_row(c, b.Get<bfloat16_t>(), c.x);
   }
 }
 
@@ -292,9 +296,7 @@ void tbuf_read_after_copy(Ctx& c, bool sync) {
     pipe.InitBuffer(in, 1024);
     pipe.InitBuffer(f, 2048);
     LocalTensor<bfloat16_t> t = in.Get<bfloat16_t>();
-    DataCopyExtParams p{1, static_cast<uint32_t>(c.t.d * sizeof(bfloat16_t)), 0, 0, 0};
-    DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
-    DataCopyPad(t, c.x, p, pad);
+    pad_copy_row(c, t, c.x);
     if (sync) {
       SetFlag<HardEvent::MTE2_V>(0);
       WaitFlag<HardEvent::MTE2_V>(0);
@@ -376,11 +378,9 @@ void mte2_same_dst(Ctx& c, bool sync) {
     TBuf<TPosition::VECIN> in;
     pipe.InitBuffer(in, 1024);
     LocalTensor<bfloat16_t> t = in.Get<bfloat16_t>();
-    DataCopyExtParams p{1, static_cast<uint32_t>(c.t.d * sizeof(bfloat16_t)), 0, 0, 0};
-    DataCopyPadExtParams<bfloat16_t> pad{false, 0, 0, bfloat16_t{}};
-    DataCopyPad(t, c.x, p, pad);
+    pad_copy_row(c, t, c.x);
     if (sync) PipeBarrier<PIPE_MTE2>();
-    DataCopyPad(t, c.x[c.t.d], p, pad);
+    pad_copy_row(c, t, c.x, c.t.d);
   }
 }
 

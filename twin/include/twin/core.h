@@ -77,6 +77,7 @@ struct CoreStats {
   std::string name;
   CoreType type = CoreType::AIV;
   int block = 0, sub = 0;
+  int slot = 0;  // flag slot (Launch::flag_counter)
   std::map<std::string, GmTraffic> gm;  // per GM region name
   uint64_t ub_peak = 0;
   uint64_t flags_set = 0, flags_waited = 0;
@@ -200,19 +201,20 @@ class Launch {
   int live_ = 0, waiting_ = 0;
   // counters[slot][flag]; slots: AIV 2b+s at [0, 2B), AIC b at [2B, 3B)
   std::vector<std::array<int, kFlagIds>> counters_;
-  std::vector<std::array<int, kFlagIds>> arrivals_;  // mode 0 accumulators per core type
-  // mode 2 (AIV -> AIC, [0, B)) and mode 1 (AIV pair, [B, 2B)) sets pending per vector sub-block:
-  // the target's counter rises only when BOTH vector cores of the block have set (the hardware
-  // counts each AIV's sets separately; one AIV setting twice does not stand in for the other).
-  std::vector<std::array<std::array<int, 2>, kFlagIds>> pending_;
+  // Sets not yet turned into counter increments, each as its cause (the core and its set for the
+  // timing model; the count of them is the accumulator):
+  // mode 0 sets arrived so far per core type ([2B] AIC, [2B + 1] AIV; the counters rise once every
+  // core of the type has set), and mode 2 (AIV -> AIC, [0, B)) and mode 1 (AIV pair, [B, 2B)) sets
+  // pending per vector sub-block: the target's counter rises only when BOTH vector cores of the
+  // block have set (the hardware counts each AIV's sets separately; one AIV setting twice does not
+  // stand in for the other).
+  std::vector<std::array<std::vector<timing::Cause>, kFlagIds>> arrivals_;
+  std::vector<std::array<std::array<std::deque<timing::Cause>, 2>, kFlagIds>> pending_;
   std::vector<int> waiting_on_;                       // per slot: flag id or -1
   std::vector<std::array<int, kFlagIds>> residual_;  // per slot: counts library_notify leaves at kernel end
-  // timing model: the record, the sets behind the increment being made, and the sets still
-  // waiting for their partner (mode 1/2 pairs, per group/flag/sub) or for all cores (mode 0)
+  // timing model: the record and the sets behind the increment being made
   std::unique_ptr<timing::Recorder> timing_;
   std::vector<timing::Cause> cur_causes_;
-  std::vector<std::array<std::array<std::deque<timing::Cause>, 2>, kFlagIds>> pending_causes_;
-  std::vector<std::array<std::vector<timing::Cause>, kFlagIds>> arrival_causes_;
   std::unique_ptr<Violation> first_;
 };
 

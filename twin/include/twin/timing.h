@@ -70,7 +70,8 @@ struct CoreTrace {
   void on_issue(int pipe, const char* api, const VClock& vc);
   void on_ub(int pipe, uint64_t bytes, bool write);
   void on_gm(int region, bool write, uint64_t off, uint64_t bytes);
-  void on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, int b_region);
+  void on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int b_region);
+  void on_matmul_block(int64_t block) { mm_.block = block; }
 
  private:
   void add_range(Instr& in, const GmRange& r);
@@ -78,11 +79,11 @@ struct CoreTrace {
   int64_t open_[kPipes] = {-1, -1, -1, -1, -1, -1, -1, -1};  // instruction issued by the current API call
   uint64_t open_written_[kPipes] = {};                        // UB bytes it wrote so far
   std::vector<GmRange> pending_[kPipes];  // GM bytes accounted before their instruction was issued
-  // the IterateAll being recorded: where its GM reads and writes go
+  // the IterateAll being recorded: where its GM reads and writes go (B's to its first load, A's
+  // and C's to those of the M block the Matmul is moving)
   struct {
-    int64_t first_mte2 = -1, first_fix = -1, blocks = 0, base_m = 1;
+    int64_t first_mte2 = -1, first_fix = -1, block = 0;
     int b_region = -1;
-    uint64_t a_row = 1, c_row = 1, a_seen = 0, c_seen = 0;
   } mm_;
 };
 
@@ -106,7 +107,9 @@ struct Recorder {
 
 // Called by the Matmul's IterateAll (cube core): one [m, k] @ [k, n] product in blocks of base_m rows;
 // its GM reads of region `b_region` are B's (whenever the Matmul accounts them), the others A's rows.
-void matmul_iterate_all(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int c_bytes, int b_region);
+void matmul_iterate_all(int64_t m, int64_t n, int64_t k, int64_t base_m, int a_bytes, int b_region);
+// Called by the IterateAll before it moves the A rows and C rows of its M block `block` (0, 1, ...).
+void matmul_m_block(int64_t block);
 
 struct Span {
   int core, pipe;
@@ -115,6 +118,7 @@ struct Span {
 };
 
 struct CoreResult {
+  std::string name;  // the core's (CoreTrace::name)
   double end_ns = 0;
   double busy_ns[kPipes] = {};
   uint64_t hbm_read = 0, hbm_write = 0, l2_read = 0, l2_write = 0;

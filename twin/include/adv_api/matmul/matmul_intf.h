@@ -97,7 +97,7 @@ class Matmul {
     a_.check(0, (M - 1) * lda + K, false, "Matmul::IterateAll (A)");
     b_.check(0, (K - 1) * ldb + N, false, "Matmul::IterateAll (B)");
     gm.check(0, (M - 1) * ldc + N, true, "Matmul::IterateAll (C)");
-    ::twin::timing::matmul_iterate_all(M, N, K, tiling_.baseM, sizeof(TA), sizeof(TC), b_.region());
+    ::twin::timing::matmul_iterate_all(M, N, K, tiling_.baseM, sizeof(TA), b_.region());
     // B's GM reads as the API makes them (twin/matmul_l1.h): nothing keeps B in L1 between two
     // IterateAll calls, within one a K block of B is read once or once per M block.
     const int64_t kIter = (K + tiling_.baseK - 1) / tiling_.baseK, mIter = (M + tiling_.baseM - 1) / tiling_.baseM;
@@ -125,6 +125,7 @@ class Matmul {
       for (int64_t n = 0; n < N; ++n) bf_[k * N + n] = ::twin::to_float(b_.raw()[k * ldb + n]);
     std::vector<float> acc(N), arow(K);
     for (int64_t m = 0; m < M; ++m) {
+      if (m % bM == 0) ::twin::timing::matmul_m_block(m / bM);
       a_.account(m * lda * sizeof(TA), K * sizeof(TA), false);
       const TA* ar = a_.raw() + m * lda;
       for (int64_t k = 0; k < K; ++k) arow[k] = ::twin::to_float(ar[k]);
