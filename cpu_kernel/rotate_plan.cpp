@@ -183,66 +183,32 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
 
 namespace {
 
-std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y_in);
-
 // Matrices larger than this (D > 512 in fp32) are compiled every call, not cached.
 constexpr size_t kMaxCachedBytes = size_t(1) << 20;
 
-// The most recent matrix of this thread, by contents (dtype, D and a copy of its bytes).
-struct LastMatrix {
+// A compiled matrix with its key: dtype, D and a copy of its bytes.
+struct Entry {
   at::ScalarType dtype = at::kFloat;
   int64_t D = 0;
   std::vector<uint8_t> bytes;
   std::shared_ptr<const RotatePlan> plan;
+
+  bool matches(const at::Tensor& y, const uint8_t* data, size_t nbytes) const {
+    return plan != nullptr && dtype == y.scalar_type() && D == y.size(0) && bytes.size() == nbytes &&
+           std::memcmp(bytes.data(), data, nbytes) == 0;
+  }
 };
 
-}  // namespace
-
-std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y_in) {
-  // Each thread first compares y with the last matrix it used, without the shared cache's lock: a
-  // model passes the same matrix every call. Always by contents: neither the tensor's identity nor
-  // its version counter sees a write through `.data` (which gradcheck itself makes) or through
-  // memory shared with NumPy.
-  thread_local LastMatrix last;
-  const at::Tensor y = y_in.contiguous();
-  const size_t nbytes = y.numel() * y.element_size();
-  if (nbytes > kMaxCachedBytes) return std::make_shared<const RotatePlan>(make_rotate_plan(y));
-  const auto* data = static_cast<const uint8_t*>(y.const_data_ptr());
-  if (last.plan != nullptr && last.dtype == y.scalar_type() && last.D == y.size(0) && last.bytes.size() == nbytes &&
-      std::memcmp(last.bytes.data(), data, nbytes) == 0) {
-    return last.plan;
-  }
-  std::shared_ptr<const RotatePlan> plan = cached_by_contents(y);
-  last.dtype = y.scalar_type();
-  last.D = y.size(0);
-  last.bytes.assign(data, data + nbytes);
-  last.plan = plan;
-  return plan;
-}
-
-namespace {
-
-std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y_in) {
-  struct Entry {
-    at::ScalarType dtype;
-    int64_t D;
-    std::vector<uint8_t> bytes;
-    std::shared_ptr<const RotatePlan> plan;
-  };
+// The shared cache (y contiguous, at most kMaxCachedBytes): a hit moves to the front, a miss is
+// compiled outside the lock and inserted at the front.
+std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y, const uint8_t* data, size_t nbytes) {
   constexpr size_t kEntries = 8;
   static std::mutex mu;
   static std::vector<Entry> cache;  // most recently used first
-
-  const at::Tensor y = y_in.contiguous();
-  const size_t nbytes = y.numel() * y.element_size();
-  if (nbytes > kMaxCachedBytes) return std::make_shared<const RotatePlan>(make_rotate_plan(y));
-  const auto* data = static_cast<const uint8_t*>(y.const_data_ptr());
   {
     std::lock_guard<std::mutex> lock(mu);
     for (size_t i = 0; i < cache.size(); ++i) {
-      const Entry& e = cache[i];
-      if (e.dtype == y.scalar_type() && e.D == y.size(0) && e.bytes.size() == nbytes &&
-          std::memcmp(e.bytes.data(), data, nbytes) == 0) {
+      if (cache[i].matches(y, data, nbytes)) {
         std::rotate(cache.begin(), cache.begin() + i, cache.begin() + i + 1);
         return cache.front().plan;
       }
@@ -256,6 +222,25 @@ std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y_in) {
 }
 
 }  // namespace
+
+std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y_in) {
+  // Each thread first compares y with the last matrix it used, without the shared cache's lock: a
+  // model passes the same matrix every call. Always by contents: neither the tensor's identity nor
+  // its version counter sees a write through `.data` (which gradcheck itself makes) or through
+  // memory shared with NumPy.
+  thread_local Entry last;
+  const at::Tensor y = y_in.contiguous();
+  const size_t nbytes = y.numel() * y.element_size();
+  if (nbytes > kMaxCachedBytes) return std::make_shared<const RotatePlan>(make_rotate_plan(y));
+  const auto* data = static_cast<const uint8_t*>(y.const_data_ptr());
+  if (last.matches(y, data, nbytes)) return last.plan;
+  std::shared_ptr<const RotatePlan> plan = cached_by_contents(y, data, nbytes);
+  last.dtype = y.scalar_type();
+  last.D = y.size(0);
+  last.bytes.assign(data, data + nbytes);
+  last.plan = plan;
+  return plan;
+}
 
 }  // namespace cpu
 }  // namespace npu_ops_transformer_ext
