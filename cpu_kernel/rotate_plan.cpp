@@ -62,20 +62,11 @@ ChunkPlan plan_chunk(const std::vector<int32_t>& partner, int64_t D, int64_t c) 
   if (va < 0) va = 0;
   if (vb < 0) vb = va;
   // Runs of consecutive partners (lane l + 1 reads the element after lane l's).
-  int32_t nseg = 0;
-  int32_t seg_base[kLanes];
-  uint32_t seg_mask[kLanes];
-  for (int64_t l = 0; l < n; ++l) {
-    const int32_t s = partner[j0 + l];
-    if (s < 0) continue;
-    if (nseg > 0 && l > 0 && partner[j0 + l - 1] >= 0 && partner[j0 + l - 1] == s - 1) {
-      seg_mask[nseg - 1] |= 1u << l;
-    } else {
-      seg_base[nseg] = s - static_cast<int32_t>(l);
-      seg_mask[nseg] = 1u << l;
-      ++nseg;
-    }
-  }
+  int32_t src[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) src[l] = l < n ? partner[j0 + l] : -1;
+  int32_t seg_base[kMaxSegments] = {};
+  uint32_t seg_mask[kMaxSegments] = {};
+  const int nseg = split_runs(src, static_cast<int>(kLanes), seg_base, seg_mask);
   // Cost in vector instructions (a source vector other than the chunk's own costs a load and a
   // conversion; a run costs a masked load, plus one conversion for them all).
   const int32_t own = static_cast<int32_t>(c);
@@ -107,6 +98,21 @@ ChunkPlan plan_chunk(const std::vector<int32_t>& partner, int64_t D, int64_t c) 
 }
 
 }  // namespace
+
+int split_runs(const int32_t* src, int n, int32_t base[kMaxSegments], uint32_t mask[kMaxSegments]) {
+  int nseg = 0;
+  for (int l = 0; l < n; ++l) {
+    if (src[l] < 0) continue;
+    if (nseg == 0 || src[l - 1] < 0 || src[l] != src[l - 1] + 1) {
+      if (nseg == kMaxSegments) return kMaxSegments + 1;
+      base[nseg] = src[l] - l;
+      mask[nseg] = 0;
+      ++nseg;
+    }
+    mask[nseg - 1] |= 1u << l;
+  }
+  return nseg;
+}
 
 RotatePlan make_rotate_plan(const at::Tensor& y) {
   RotatePlan plan;

@@ -73,6 +73,14 @@ struct alignas(64) PairGroupPlan {
   uint32_t seg_mask[kMaxSegments]; // kSegments: the pair lanes of run k
 };
 
+// Splits n lanes into runs of consecutive sources, for the kSegments chunks and pair groups: lane l
+// is live when src[l] >= 0, and extends the run of lane l - 1 when that lane is live and
+// src[l] == src[l - 1] + 1, else starts a new run (so a lane whose source is 0 right after a dead
+// lane starts its own). Run k reads lane l from base[k] + l, its lanes are mask[k]. Returns the
+// number of runs, or kMaxSegments + 1 as soon as there are more than kMaxSegments (base and mask
+// then hold the first kMaxSegments).
+int split_runs(const int32_t* src, int n, int32_t base[kMaxSegments], uint32_t mask[kMaxSegments]);
+
 // The pair groups of a signed permutation, or an empty vector when it has no pair form.
 std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner, int64_t D);
 
