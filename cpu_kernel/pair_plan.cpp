@@ -107,5 +107,23 @@ std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner,
   return out;
 }
 
+PairShape pair_shape(const std::vector<PairGroupPlan>& groups) {
+  const size_t ng = groups.size();
+  bool swapped = true, offset = true, half = ng % 2 == 0;
+  for (size_t i = 0; i < ng; ++i) {
+    const PairGroupPlan& g = groups[i];
+    swapped = swapped && g.kind == static_cast<int32_t>(PairKind::kSame) && g.swap == 0xFFFFu && g.nonzero == 0xFFFFFFFFu;
+    offset = offset && g.kind == static_cast<int32_t>(PairKind::kOffset) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
+    half = half && g.start == static_cast<int32_t>(((i + ng / 2) % ng) * kGroup);
+  }
+  bool unswapped = true;
+  for (const PairGroupPlan& g : groups) {
+    unswapped = unswapped && g.kind != static_cast<int32_t>(PairKind::kSame) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
+  }
+  if (offset && half) return PairShape::kHalfRotation;
+  if (!offset && unswapped) return PairShape::kUnswapped;
+  return swapped ? PairShape::kAllSwapped : offset ? PairShape::kAllOffset : PairShape::kMixed;
+}
+
 }  // namespace cpu
 }  // namespace npu_ops_transformer_ext

@@ -97,6 +97,17 @@ ChunkPlan plan_chunk(const std::vector<int32_t>& partner, int64_t D, int64_t c) 
   return p;
 }
 
+// Whether the chunks are the half rotation (RotatePlan::chunks_half_rotation).
+bool is_half_rotation(const std::vector<ChunkPlan>& chunks) {
+  const size_t nc = chunks.size();
+  bool half = nc % 2 == 0;
+  for (size_t c = 0; c < nc && half; ++c) {
+    half = chunks[c].kind == static_cast<int32_t>(ChunkKind::kOffset) && chunks[c].nonzero_mask == 0xFFFFu &&
+           chunks[c].start == static_cast<int32_t>(((c + nc / 2) % nc) * kLanes);
+  }
+  return half;
+}
+
 }  // namespace
 
 int split_runs(const int32_t* src, int n, int32_t base[kMaxSegments], uint32_t mask[kMaxSegments]) {
@@ -126,7 +137,9 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
     plan.sign_bits.assign(plan.Dp, 0u);
     for (int64_t j = 0; j < D; ++j) plan.sign_bits[j] = plan.sign[j] < 0 ? 0x80000000u : 0u;
     for (int64_t c = 0; c < plan.Dp / kLanes; ++c) plan.chunks.push_back(plan_chunk(plan.partner, D, c));
+    plan.chunks_half_rotation = is_half_rotation(plan.chunks);
     plan.pair_groups = plan_pair_groups(plan.partner, D);
+    plan.pair_shape = pair_shape(plan.pair_groups);
     plan.pair_swap = D % 2 == 0;
     for (int64_t j = 0; j < D; ++j) {
       const int32_t p = plan.partner[j];

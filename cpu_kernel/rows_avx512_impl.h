@@ -335,17 +335,6 @@ NPU_OPS_ROW_INLINE __mmask16 swap_row_regs(const T* x, T* out, const ChunkTables
 // per row: with them in registers, 3D 44+44+40 fp16/fp32 rows were no faster, or slower.)
 enum class ChunkShape { kHalf, kSwap };
 
-// Whether a chunk plan is the half rotation of half_row_regs.
-inline bool is_half_rotation(const std::vector<ChunkPlan>& chunks) {
-  const size_t nc = chunks.size();
-  bool half = nc % 2 == 0;
-  for (size_t c = 0; c < nc && half; ++c) {
-    half = chunks[c].kind == static_cast<int32_t>(ChunkKind::kOffset) && chunks[c].nonzero_mask == 0xFFFFu &&
-           chunks[c].start == static_cast<int32_t>(((c + nc / 2) % nc) * kLanes);
-  }
-  return half;
-}
-
 // perm_rows_direct for D = 16 * NC with NC in 1..8 and the half rotation (half_row_regs) or the
 // interleave swap (swap_row_regs): each run of rows that share their table rows loads them into
 // registers once.
@@ -398,7 +387,7 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   const int64_t ahead_rows = prefetch_rows(plan.D * static_cast<int64_t>(sizeof(T)));
   const ChunkPlan* chunks = plan.chunks.data();
   const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
-  if (full && is_half_rotation(plan.chunks)) {
+  if (full && plan.chunks_half_rotation) {
     switch (D / kLanes) {
       case 2: return perm_rows_direct_regs<T, 2, ChunkShape::kHalf>(plan, b);
       case 4: return perm_rows_direct_regs<T, 4, ChunkShape::kHalf>(plan, b);
@@ -650,31 +639,6 @@ inline __m512i pair_bits_native(__m512 even, __m512 odd) {
 }
 #endif
 
-// What every group of a pair plan does, when they all do the same (most modes): the row loop
-// then has no per-group branches.
-// kHalfRotation: offset loads where group g's partners are group g + NG/2 mod NG (rotate_half).
-// kUnswapped: every group reads other pairs in order, each element has a partner (the 3D modes):
-// no per-group swap or zero-lane steps.
-enum class PairShape { kMixed, kAllSwapped, kAllOffset, kHalfRotation, kUnswapped };
-
-inline PairShape pair_shape(const std::vector<PairGroupPlan>& groups) {
-  const size_t ng = groups.size();
-  bool swapped = true, offset = true, half = ng % 2 == 0;
-  for (size_t i = 0; i < ng; ++i) {
-    const PairGroupPlan& g = groups[i];
-    swapped = swapped && g.kind == static_cast<int32_t>(PairKind::kSame) && g.swap == 0xFFFFu && g.nonzero == 0xFFFFFFFFu;
-    offset = offset && g.kind == static_cast<int32_t>(PairKind::kOffset) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
-    half = half && g.start == static_cast<int32_t>(((i + ng / 2) % ng) * 2 * kLanes);
-  }
-  bool unswapped = true;
-  for (const PairGroupPlan& g : groups) {
-    unswapped = unswapped && g.kind != static_cast<int32_t>(PairKind::kSame) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
-  }
-  if (offset && half) return PairShape::kHalfRotation;
-  if (!offset && unswapped) return PairShape::kUnswapped;
-  return swapped ? PairShape::kAllSwapped : offset ? PairShape::kAllOffset : PairShape::kMixed;
-}
-
 // Rounds a group's even and odd fp32 results to 32 bf16 and stores them; see pair_group.
 template <bool kStream, bool kChecked>
 NPU_OPS_ROW_INLINE void pair_store(c10::BFloat16* out, __m512 re, __m512 ro, __mmask16& fixup) {
@@ -849,7 +813,7 @@ void pair_rows_sized(const RotatePlan& plan, const RowBatch& b, void* scratch) {
 
 // bf16 x with a pair plan; the tables come from pair_table_row.
 void pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
-  switch (pair_shape(plan.pair_groups)) {
+  switch (plan.pair_shape) {
     case PairShape::kAllSwapped: return pair_rows_sized<PairShape::kAllSwapped>(plan, b, scratch);
     case PairShape::kAllOffset: return pair_rows_sized<PairShape::kAllOffset>(plan, b, scratch);
     case PairShape::kHalfRotation: return pair_rows_sized<PairShape::kHalfRotation>(plan, b, scratch);
