@@ -433,7 +433,7 @@ def test_partner_zero_after_zero_column_starts_its_own_run(dtype):
     d = 64
     partner = [-1] * d
     partner[0:4] = range(40, 44)
-    partner[5:9] = range(0, 4)
+    partner[5:9] = range(4)
     partner[9:13] = range(20, 24)
     y = torch.zeros(d, d)
     for c, s in enumerate(partner):
