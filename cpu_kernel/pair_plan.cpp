@@ -36,7 +36,7 @@ std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner,
   std::vector<int32_t> groups;
   for (int64_t g = 0; g < ngroups; ++g) {
     PairGroupPlan p{};
-    int32_t src[kLanes];  // source pair of each live lane
+    int32_t src[kLanes];  // source pair of each live lane, -1 for the others
     uint32_t live = 0;
     for (int l = 0; l < kLanes; ++l) {
       const int64_t j = g * kGroup + 2 * l;
@@ -44,7 +44,7 @@ std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner,
       if (p0 >= 0) p.nonzero |= 1u << (2 * l);
       if (p1 >= 0) p.nonzero |= 1u << (2 * l + 1);
       if (p0 < 0 && p1 < 0) {
-        src[l] = 0;
+        src[l] = -1;
         continue;
       }
       // The even output reads element p0 of the source pair, the odd one p1: in order (p0 even,
@@ -68,20 +68,8 @@ std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner,
       offset = offset && src[l] == first + l;
     }
     // Runs of live lanes whose source pairs are consecutive.
-    int nseg = 0;
-    for (int l = 0, prev = -2; l < kLanes; ++l) {
-      if (!(live >> l & 1u)) continue;
-      if (nseg == 0 || prev != l - 1 || src[l] != src[prev] + 1) {
-        if (nseg == kMaxSegments) {
-          nseg = kMaxSegments + 1;
-          break;
-        }
-        p.seg_base[nseg] = 2 * (src[l] - l);
-        ++nseg;
-      }
-      p.seg_mask[nseg - 1] |= 1u << l;
-      prev = l;
-    }
+    const int nseg = split_runs(src, static_cast<int>(kLanes), p.seg_base, p.seg_mask);
+    for (int k = 0; k < std::min(nseg, kMaxSegments); ++k) p.seg_base[k] *= 2;  // in elements
     if (live == 0 || same) {
       p.kind = static_cast<int32_t>(PairKind::kSame);
     } else if (offset && first >= 0 && first + kLanes <= D / 2) {
@@ -117,6 +105,24 @@ std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner,
     out.push_back(p);
   }
   return out;
+}
+
+PairShape pair_shape(const std::vector<PairGroupPlan>& groups) {
+  const size_t ng = groups.size();
+  bool swapped = true, offset = true, half = ng % 2 == 0;
+  for (size_t i = 0; i < ng; ++i) {
+    const PairGroupPlan& g = groups[i];
+    swapped = swapped && g.kind == static_cast<int32_t>(PairKind::kSame) && g.swap == 0xFFFFu && g.nonzero == 0xFFFFFFFFu;
+    offset = offset && g.kind == static_cast<int32_t>(PairKind::kOffset) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
+    half = half && g.start == static_cast<int32_t>(((i + ng / 2) % ng) * kGroup);
+  }
+  bool unswapped = true;
+  for (const PairGroupPlan& g : groups) {
+    unswapped = unswapped && g.kind != static_cast<int32_t>(PairKind::kSame) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
+  }
+  if (offset && half) return PairShape::kHalfRotation;
+  if (!offset && unswapped) return PairShape::kUnswapped;
+  return swapped ? PairShape::kAllSwapped : offset ? PairShape::kAllOffset : PairShape::kMixed;
 }
 
 }  // namespace cpu

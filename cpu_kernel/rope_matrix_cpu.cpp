@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cpu_kernel/output_cache.h"
+#include "cpu_kernel/parallel_rule.h"
 #include "cpu_kernel/rotate_plan.h"
 #include "cpu_kernel/rows.h"
 #include "validation/rope_matrix_validate.h"
@@ -44,12 +45,6 @@ constexpr int64_t kMaxBlockRows = 256;
 // than 4 at a time at 1,8192,24,128).
 constexpr int64_t kHeadsPerBatch = 4;
 constexpr int64_t kMaxHeadsPerBatch = 64;
-// Calls with fewer elements run on the calling thread. One decode token of 32 heads of 128 is 4096
-// elements: waking the second thread cost about 1 us more than it saved there. Once a call on one
-// thread got cheaper (2.5 us at 4096 elements, 5.6 us at 32768), two threads lost to one at 32768
-// and 98304 elements (speedup 0.71-0.82) and broke even at 196608, on the 2-core development
-// machine while other jobs ran (load average 6-7); 65536 keeps 8 decode tokens on one thread.
-constexpr int64_t kMinParallelElems = 64 * 1024;
 
 // Per-dim lists of a call: no heap allocation up to this rank (a decode call is a few
 // microseconds, and each allocation a noticeable part of it).

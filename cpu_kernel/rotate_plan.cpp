@@ -62,20 +62,11 @@ ChunkPlan plan_chunk(const std::vector<int32_t>& partner, int64_t D, int64_t c) 
   if (va < 0) va = 0;
   if (vb < 0) vb = va;
   // Runs of consecutive partners (lane l + 1 reads the element after lane l's).
-  int32_t nseg = 0;
-  int32_t seg_base[kLanes];
-  uint32_t seg_mask[kLanes];
-  for (int64_t l = 0; l < n; ++l) {
-    const int32_t s = partner[j0 + l];
-    if (s < 0) continue;
-    if (nseg > 0 && l > 0 && partner[j0 + l - 1] >= 0 && partner[j0 + l - 1] == s - 1) {
-      seg_mask[nseg - 1] |= 1u << l;
-    } else {
-      seg_base[nseg] = s - static_cast<int32_t>(l);
-      seg_mask[nseg] = 1u << l;
-      ++nseg;
-    }
-  }
+  int32_t src[kLanes];
+  for (int64_t l = 0; l < kLanes; ++l) src[l] = l < n ? partner[j0 + l] : -1;
+  int32_t seg_base[kMaxSegments] = {};
+  uint32_t seg_mask[kMaxSegments] = {};
+  const int nseg = split_runs(src, static_cast<int>(kLanes), seg_base, seg_mask);
   // Cost in vector instructions (a source vector other than the chunk's own costs a load and a
   // conversion; a run costs a masked load, plus one conversion for them all).
   const int32_t own = static_cast<int32_t>(c);
@@ -106,7 +97,33 @@ ChunkPlan plan_chunk(const std::vector<int32_t>& partner, int64_t D, int64_t c) 
   return p;
 }
 
+// Whether the chunks are the half rotation (RotatePlan::chunks_half_rotation).
+bool is_half_rotation(const std::vector<ChunkPlan>& chunks) {
+  const size_t nc = chunks.size();
+  bool half = nc % 2 == 0;
+  for (size_t c = 0; c < nc && half; ++c) {
+    half = chunks[c].kind == static_cast<int32_t>(ChunkKind::kOffset) && chunks[c].nonzero_mask == 0xFFFFu &&
+           chunks[c].start == static_cast<int32_t>(((c + nc / 2) % nc) * kLanes);
+  }
+  return half;
+}
+
 }  // namespace
+
+int split_runs(const int32_t* src, int n, int32_t base[kMaxSegments], uint32_t mask[kMaxSegments]) {
+  int nseg = 0;
+  for (int l = 0; l < n; ++l) {
+    if (src[l] < 0) continue;
+    if (nseg == 0 || src[l - 1] < 0 || src[l] != src[l - 1] + 1) {
+      if (nseg == kMaxSegments) return kMaxSegments + 1;
+      base[nseg] = src[l] - l;
+      mask[nseg] = 0;
+      ++nseg;
+    }
+    mask[nseg - 1] |= 1u << l;
+  }
+  return nseg;
+}
 
 RotatePlan make_rotate_plan(const at::Tensor& y) {
   RotatePlan plan;
@@ -120,7 +137,9 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
     plan.sign_bits.assign(plan.Dp, 0u);
     for (int64_t j = 0; j < D; ++j) plan.sign_bits[j] = plan.sign[j] < 0 ? 0x80000000u : 0u;
     for (int64_t c = 0; c < plan.Dp / kLanes; ++c) plan.chunks.push_back(plan_chunk(plan.partner, D, c));
+    plan.chunks_half_rotation = is_half_rotation(plan.chunks);
     plan.pair_groups = plan_pair_groups(plan.partner, D);
+    plan.pair_shape = pair_shape(plan.pair_groups);
     plan.pair_swap = D % 2 == 0;
     for (int64_t j = 0; j < D; ++j) {
       const int32_t p = plan.partner[j];
@@ -183,66 +202,32 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
 
 namespace {
 
-std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y_in);
-
 // Matrices larger than this (D > 512 in fp32) are compiled every call, not cached.
 constexpr size_t kMaxCachedBytes = size_t(1) << 20;
 
-// The most recent matrix of this thread, by contents (dtype, D and a copy of its bytes).
-struct LastMatrix {
+// A compiled matrix with its key: dtype, D and a copy of its bytes.
+struct Entry {
   at::ScalarType dtype = at::kFloat;
   int64_t D = 0;
   std::vector<uint8_t> bytes;
   std::shared_ptr<const RotatePlan> plan;
+
+  bool matches(const at::Tensor& y, const uint8_t* data, size_t nbytes) const {
+    return plan != nullptr && dtype == y.scalar_type() && D == y.size(0) && bytes.size() == nbytes &&
+           std::memcmp(bytes.data(), data, nbytes) == 0;
+  }
 };
 
-}  // namespace
-
-std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y_in) {
-  // Each thread first compares y with the last matrix it used, without the shared cache's lock: a
-  // model passes the same matrix every call. Always by contents: neither the tensor's identity nor
-  // its version counter sees a write through `.data` (which gradcheck itself makes) or through
-  // memory shared with NumPy.
-  thread_local LastMatrix last;
-  const at::Tensor y = y_in.contiguous();
-  const size_t nbytes = y.numel() * y.element_size();
-  if (nbytes > kMaxCachedBytes) return std::make_shared<const RotatePlan>(make_rotate_plan(y));
-  const auto* data = static_cast<const uint8_t*>(y.const_data_ptr());
-  if (last.plan != nullptr && last.dtype == y.scalar_type() && last.D == y.size(0) && last.bytes.size() == nbytes &&
-      std::memcmp(last.bytes.data(), data, nbytes) == 0) {
-    return last.plan;
-  }
-  std::shared_ptr<const RotatePlan> plan = cached_by_contents(y);
-  last.dtype = y.scalar_type();
-  last.D = y.size(0);
-  last.bytes.assign(data, data + nbytes);
-  last.plan = plan;
-  return plan;
-}
-
-namespace {
-
-std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y_in) {
-  struct Entry {
-    at::ScalarType dtype;
-    int64_t D;
-    std::vector<uint8_t> bytes;
-    std::shared_ptr<const RotatePlan> plan;
-  };
+// The shared cache (y contiguous, at most kMaxCachedBytes): a hit moves to the front, a miss is
+// compiled outside the lock and inserted at the front.
+std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y, const uint8_t* data, size_t nbytes) {
   constexpr size_t kEntries = 8;
   static std::mutex mu;
   static std::vector<Entry> cache;  // most recently used first
-
-  const at::Tensor y = y_in.contiguous();
-  const size_t nbytes = y.numel() * y.element_size();
-  if (nbytes > kMaxCachedBytes) return std::make_shared<const RotatePlan>(make_rotate_plan(y));
-  const auto* data = static_cast<const uint8_t*>(y.const_data_ptr());
   {
     std::lock_guard<std::mutex> lock(mu);
     for (size_t i = 0; i < cache.size(); ++i) {
-      const Entry& e = cache[i];
-      if (e.dtype == y.scalar_type() && e.D == y.size(0) && e.bytes.size() == nbytes &&
-          std::memcmp(e.bytes.data(), data, nbytes) == 0) {
+      if (cache[i].matches(y, data, nbytes)) {
         std::rotate(cache.begin(), cache.begin() + i, cache.begin() + i + 1);
         return cache.front().plan;
       }
@@ -256,6 +241,25 @@ std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y_in) {
 }
 
 }  // namespace
+
+std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y_in) {
+  // Each thread first compares y with the last matrix it used, without the shared cache's lock: a
+  // model passes the same matrix every call. Always by contents: neither the tensor's identity nor
+  // its version counter sees a write through `.data` (which gradcheck itself makes) or through
+  // memory shared with NumPy.
+  thread_local Entry last;
+  const at::Tensor y = y_in.contiguous();
+  const size_t nbytes = y.numel() * y.element_size();
+  if (nbytes > kMaxCachedBytes) return std::make_shared<const RotatePlan>(make_rotate_plan(y));
+  const auto* data = static_cast<const uint8_t*>(y.const_data_ptr());
+  if (last.matches(y, data, nbytes)) return last.plan;
+  std::shared_ptr<const RotatePlan> plan = cached_by_contents(y, data, nbytes);
+  last.dtype = y.scalar_type();
+  last.D = y.size(0);
+  last.bytes.assign(data, data + nbytes);
+  last.plan = plan;
+  return plan;
+}
 
 }  // namespace cpu
 }  // namespace npu_ops_transformer_ext

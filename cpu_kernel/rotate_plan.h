@@ -73,8 +73,25 @@ struct alignas(64) PairGroupPlan {
   uint32_t seg_mask[kMaxSegments]; // kSegments: the pair lanes of run k
 };
 
+// Splits n lanes into runs of consecutive sources, for the kSegments chunks and pair groups: lane l
+// is live when src[l] >= 0, and extends the run of lane l - 1 when that lane is live and
+// src[l] == src[l - 1] + 1, else starts a new run (so a lane whose source is 0 right after a dead
+// lane starts its own). Run k reads lane l from base[k] + l, its lanes are mask[k]. Returns the
+// number of runs, or kMaxSegments + 1 as soon as there are more than kMaxSegments (base and mask
+// then hold the first kMaxSegments).
+int split_runs(const int32_t* src, int n, int32_t base[kMaxSegments], uint32_t mask[kMaxSegments]);
+
 // The pair groups of a signed permutation, or an empty vector when it has no pair form.
 std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner, int64_t D);
+
+// What every group of a pair plan does, when they all do the same (most modes): the row loop
+// then has no per-group branches.
+// kHalfRotation: offset loads where group g's partners are group g + NG/2 mod NG (rotate_half).
+// kUnswapped: every group reads other pairs in order, each element has a partner (the 3D modes):
+// no per-group swap or zero-lane steps.
+enum class PairShape : int32_t { kMixed, kAllSwapped, kAllOffset, kHalfRotation, kUnswapped };
+
+PairShape pair_shape(const std::vector<PairGroupPlan>& groups);
 
 struct RotatePlan {
   int64_t D = 0;
@@ -86,6 +103,10 @@ struct RotatePlan {
   std::vector<uint32_t> sign_bits;  // [Dp], 0x80000000 where sign is -1: XOR into fp32 sin
   std::vector<ChunkPlan> chunks; // [Dp / 16]
   std::vector<PairGroupPlan> pair_groups;  // [D / 32], or empty (see PairGroupPlan)
+  // Chunk c's partners are chunk c + (Dp/16)/2 mod Dp/16, in order, all lanes live: rotate_half
+  // of one section (the AVX-512 rows then load and convert each chunk once).
+  bool chunks_half_rotation = false;
+  PairShape pair_shape = PairShape::kMixed;  // of pair_groups
   // The same permutation as runs, for the portable kernels: output columns [begin, end) take
   // their partners from src, src + 1, ... (src = -1: all-zero columns). `pair_swap`: every
   // partner is j ^ 1 (the interleave mode), which they handle as pairs.

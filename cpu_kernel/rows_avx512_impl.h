@@ -187,7 +187,9 @@ constexpr int64_t kPrefetchBytes = 8 * 1024;
 
 inline int64_t prefetch_rows(int64_t row_bytes) { return std::max<int64_t>(1, kPrefetchBytes / row_bytes); }
 
-inline void prefetch_row(const void* p, int64_t bytes) {
+// Always inlined: as a plain inline function it was left out of table_run_rows's row loops
+// altogether (no prefetch instruction in them).
+NPU_OPS_ROW_INLINE void prefetch_row(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
 }
@@ -289,8 +291,10 @@ inline void direct_row_exact(const ChunkPlan* chunks, int64_t D, int64_t Dp, con
   }
 }
 
-// The table rows of one run (table_run_end) in registers, NC chunks of 16 (Dp = 16 * NC, NC <= 8:
-// 2 * NC of the 32 vector registers).
+// The table rows of one run (table_run_end) in registers, NC vectors of 16 fp32 each (chunk rows:
+// Dp = 16 * NC, NC <= 8, 2 * NC of the 32 vector registers; pair rows: NC = 2 * NG, each group's
+// even then odd vector), so that the rows of a run load only x: a table row is read once per run,
+// not once per row.
 template <int NC>
 struct ChunkTables {
   __m512 c[NC], s[NC];
@@ -301,6 +305,54 @@ struct ChunkTables {
     }
   }
 };
+
+// No tables in registers: rows read their table values from memory, one row per run.
+struct NoTables {};
+
+// The row loop shared by the rows that may keep their tables in registers (Tables: ChunkTables,
+// or NoTables). Per run of rows that share their table rows (one row per run with NoTables) the
+// tables are loaded once; per row it prefetches ahead, reads an in-place row from a copy in
+// `scratch`, chooses non-temporal stores when out is aligned to `stream_align` bytes, and calls
+// fast(x, out, tables, cs, sn, kStream), which returns the lanes whose rounding needs the exact
+// path; if any, exact(x, out, cs, sn, kStream) redoes the row (rare: subnormal or NaN results).
+// kStream is a std::integral_constant<bool>.
+template <typename T, typename Tables, typename Fast, typename Exact>
+NPU_OPS_ROW_INLINE void table_run_rows(const RotatePlan& plan, const RowBatch& b, void* scratch, int64_t stream_align,
+                                       Fast fast, Exact exact) {
+  constexpr bool kRegs = !std::is_same_v<Tables, NoTables>;
+  const int64_t D = plan.D;
+  const int64_t ahead_rows = prefetch_rows(D * static_cast<int64_t>(sizeof(T)));
+  T* copy = static_cast<T*>(scratch);
+  for (int64_t r0 = 0; r0 < b.n;) {
+    const int64_t r1 = kRegs ? table_run_end(b, r0) : r0 + 1;
+    const float* cs = static_cast<const float*>(b.cos[r0]);
+    const float* sn = static_cast<const float*>(b.sin[r0]);
+    Tables regs = [&] {
+      if constexpr (kRegs) {
+        return Tables(cs, sn);
+      } else {
+        return Tables{};
+      }
+    }();
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* x = static_cast<const T*>(b.x[r]);
+      T* out = static_cast<T*>(b.out[r]);
+      if (const void* ahead = b.row_ahead(r, ahead_rows)) prefetch_row(ahead, D * sizeof(T));
+      if (b.in_place) {
+        // Partners are read while the row is being written: read them from a copy.
+        std::memcpy(copy, x, D * sizeof(T));
+        x = copy;
+      }
+      if (b.stream_out && (reinterpret_cast<uintptr_t>(out) % stream_align) == 0) {
+        if (fast(x, out, regs, cs, sn, std::true_type{}) != 0) exact(x, out, cs, sn, std::true_type{});
+      } else {
+        if (fast(x, out, regs, cs, sn, std::false_type{}) != 0) exact(x, out, cs, sn, std::false_type{});
+      }
+    }
+    r0 = r1;
+  }
+  if (b.stream_out) _mm_sfence();  // order the non-temporal stores before the batch ends
+}
 
 // The half rotation (chunk c's partners are chunk c + NC/2 mod NC, in order: rotate_half of one
 // section): every chunk of the row is loaded and converted once, into registers, and serves as
@@ -335,53 +387,25 @@ NPU_OPS_ROW_INLINE __mmask16 swap_row_regs(const T* x, T* out, const ChunkTables
 // per row: with them in registers, 3D 44+44+40 fp16/fp32 rows were no faster, or slower.)
 enum class ChunkShape { kHalf, kSwap };
 
-// Whether a chunk plan is the half rotation of half_row_regs.
-inline bool is_half_rotation(const std::vector<ChunkPlan>& chunks) {
-  const size_t nc = chunks.size();
-  bool half = nc % 2 == 0;
-  for (size_t c = 0; c < nc && half; ++c) {
-    half = chunks[c].kind == static_cast<int32_t>(ChunkKind::kOffset) && chunks[c].nonzero_mask == 0xFFFFu &&
-           chunks[c].start == static_cast<int32_t>(((c + nc / 2) % nc) * kLanes);
-  }
-  return half;
-}
-
 // perm_rows_direct for D = 16 * NC with NC in 1..8 and the half rotation (half_row_regs) or the
 // interleave swap (swap_row_regs): each run of rows that share their table rows loads them into
 // registers once.
 template <typename T, int NC, ChunkShape kShape>
-void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b) {
-  const int64_t D = plan.D;
-  const int64_t ahead_rows = prefetch_rows(plan.D * static_cast<int64_t>(sizeof(T)));
+void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   const ChunkPlan* chunks = plan.chunks.data();
-  for (int64_t r0 = 0; r0 < b.n;) {
-    const int64_t r1 = table_run_end(b, r0);
-    const float* cs = static_cast<const float*>(b.cos[r0]);
-    const float* sn = static_cast<const float*>(b.sin[r0]);
-    const ChunkTables<NC> regs(cs, sn);
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* x = static_cast<const T*>(b.x[r]);
-      T* out = static_cast<T*>(b.out[r]);
-      if (const void* ahead = b.row_ahead(r, ahead_rows)) prefetch_row(ahead, D * sizeof(T));
-      // Non-temporal stores need every chunk aligned to its own size.
-      const bool stream = b.stream_out && (reinterpret_cast<uintptr_t>(out) % (kLanes * sizeof(T))) == 0;
-      __mmask16 fixup;
-      if constexpr (kShape == ChunkShape::kHalf) {
-        fixup = stream ? half_row_regs<T, NC, true>(x, out, regs) : half_row_regs<T, NC, false>(x, out, regs);
-      } else {
-        fixup = stream ? swap_row_regs<T, NC, true>(x, out, regs) : swap_row_regs<T, NC, false>(x, out, regs);
-      }
-      if (fixup != 0) {  // rare: subnormal or NaN results
-        if (stream) {
-          direct_row<T, true, true, true>(chunks, D, D, x, out, cs, sn);
+  const int64_t D = plan.D;
+  table_run_rows<T, ChunkTables<NC>>(
+      plan, b, scratch, kLanes * sizeof(T),  // non-temporal stores need every chunk aligned to its own size
+      [](const T* x, T* out, const ChunkTables<NC>& t, const float*, const float*, auto stream) {
+        if constexpr (kShape == ChunkShape::kHalf) {
+          return half_row_regs<T, NC, decltype(stream)::value>(x, out, t);
         } else {
-          direct_row<T, true, false, true>(chunks, D, D, x, out, cs, sn);
+          return swap_row_regs<T, NC, decltype(stream)::value>(x, out, t);
         }
-      }
-    }
-    r0 = r1;
-  }
-  if (b.stream_out) _mm_sfence();  // order the non-temporal stores before the batch ends
+      },
+      [=](const T* x, T* out, const float* cs, const float* sn, auto stream) {
+        direct_row<T, true, decltype(stream)::value, true>(chunks, D, D, x, out, cs, sn);
+      });
 }
 
 template <typename T>
@@ -398,25 +422,25 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   const int64_t ahead_rows = prefetch_rows(plan.D * static_cast<int64_t>(sizeof(T)));
   const ChunkPlan* chunks = plan.chunks.data();
   const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
-  if (full && is_half_rotation(plan.chunks)) {
+  if (full && plan.chunks_half_rotation) {
     switch (D / kLanes) {
-      case 2: return perm_rows_direct_regs<T, 2, ChunkShape::kHalf>(plan, b);
-      case 4: return perm_rows_direct_regs<T, 4, ChunkShape::kHalf>(plan, b);
-      case 6: return perm_rows_direct_regs<T, 6, ChunkShape::kHalf>(plan, b);
-      case 8: return perm_rows_direct_regs<T, 8, ChunkShape::kHalf>(plan, b);
+      case 2: return perm_rows_direct_regs<T, 2, ChunkShape::kHalf>(plan, b, scratch);
+      case 4: return perm_rows_direct_regs<T, 4, ChunkShape::kHalf>(plan, b, scratch);
+      case 6: return perm_rows_direct_regs<T, 6, ChunkShape::kHalf>(plan, b, scratch);
+      case 8: return perm_rows_direct_regs<T, 8, ChunkShape::kHalf>(plan, b, scratch);
       default: break;
     }
   }
   if (full && plan.pair_swap) {
     switch (D / kLanes) {
-      case 1: return perm_rows_direct_regs<T, 1, ChunkShape::kSwap>(plan, b);
-      case 2: return perm_rows_direct_regs<T, 2, ChunkShape::kSwap>(plan, b);
-      case 3: return perm_rows_direct_regs<T, 3, ChunkShape::kSwap>(plan, b);
-      case 4: return perm_rows_direct_regs<T, 4, ChunkShape::kSwap>(plan, b);
-      case 5: return perm_rows_direct_regs<T, 5, ChunkShape::kSwap>(plan, b);
-      case 6: return perm_rows_direct_regs<T, 6, ChunkShape::kSwap>(plan, b);
-      case 7: return perm_rows_direct_regs<T, 7, ChunkShape::kSwap>(plan, b);
-      case 8: return perm_rows_direct_regs<T, 8, ChunkShape::kSwap>(plan, b);
+      case 1: return perm_rows_direct_regs<T, 1, ChunkShape::kSwap>(plan, b, scratch);
+      case 2: return perm_rows_direct_regs<T, 2, ChunkShape::kSwap>(plan, b, scratch);
+      case 3: return perm_rows_direct_regs<T, 3, ChunkShape::kSwap>(plan, b, scratch);
+      case 4: return perm_rows_direct_regs<T, 4, ChunkShape::kSwap>(plan, b, scratch);
+      case 5: return perm_rows_direct_regs<T, 5, ChunkShape::kSwap>(plan, b, scratch);
+      case 6: return perm_rows_direct_regs<T, 6, ChunkShape::kSwap>(plan, b, scratch);
+      case 7: return perm_rows_direct_regs<T, 7, ChunkShape::kSwap>(plan, b, scratch);
+      case 8: return perm_rows_direct_regs<T, 8, ChunkShape::kSwap>(plan, b, scratch);
       default: break;
     }
   }
@@ -650,31 +674,6 @@ inline __m512i pair_bits_native(__m512 even, __m512 odd) {
 }
 #endif
 
-// What every group of a pair plan does, when they all do the same (most modes): the row loop
-// then has no per-group branches.
-// kHalfRotation: offset loads where group g's partners are group g + NG/2 mod NG (rotate_half).
-// kUnswapped: every group reads other pairs in order, each element has a partner (the 3D modes):
-// no per-group swap or zero-lane steps.
-enum class PairShape { kMixed, kAllSwapped, kAllOffset, kHalfRotation, kUnswapped };
-
-inline PairShape pair_shape(const std::vector<PairGroupPlan>& groups) {
-  const size_t ng = groups.size();
-  bool swapped = true, offset = true, half = ng % 2 == 0;
-  for (size_t i = 0; i < ng; ++i) {
-    const PairGroupPlan& g = groups[i];
-    swapped = swapped && g.kind == static_cast<int32_t>(PairKind::kSame) && g.swap == 0xFFFFu && g.nonzero == 0xFFFFFFFFu;
-    offset = offset && g.kind == static_cast<int32_t>(PairKind::kOffset) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
-    half = half && g.start == static_cast<int32_t>(((i + ng / 2) % ng) * 2 * kLanes);
-  }
-  bool unswapped = true;
-  for (const PairGroupPlan& g : groups) {
-    unswapped = unswapped && g.kind != static_cast<int32_t>(PairKind::kSame) && g.swap == 0 && g.nonzero == 0xFFFFFFFFu;
-  }
-  if (offset && half) return PairShape::kHalfRotation;
-  if (!offset && unswapped) return PairShape::kUnswapped;
-  return swapped ? PairShape::kAllSwapped : offset ? PairShape::kAllOffset : PairShape::kMixed;
-}
-
 // Rounds a group's even and odd fp32 results to 32 bf16 and stores them; see pair_group.
 template <bool kStream, bool kChecked>
 NPU_OPS_ROW_INLINE void pair_store(c10::BFloat16* out, __m512 re, __m512 ro, __mmask16& fixup) {
@@ -744,23 +743,9 @@ NPU_OPS_ROW_INLINE uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroup
   return fixup;
 }
 
-// The table rows of one run in registers, for D = 32 * NG (NG <= 4: 4 * NG of the 32 vector
-// registers), so that the rows of a run load only x: a table row is read once per run, not once
-// per row.
-template <int NG>
-struct PairTables {
-  __m512 c[2 * NG], s[2 * NG];
-  PairTables(const float* cs, const float* sn) {
-    for (int i = 0; i < 2 * NG; ++i) {
-      c[i] = _mm512_loadu_ps(cs + i * kLanes);
-      s[i] = _mm512_loadu_ps(sn + i * kLanes);
-    }
-  }
-};
-
 template <PairShape kShape, int NG, bool kStream>
 NPU_OPS_ROW_INLINE uint32_t pair_row_regs(const PairGroupPlan* groups, const c10::BFloat16* x, c10::BFloat16* out,
-                              const PairTables<NG>& t) {
+                              const ChunkTables<2 * NG>& t) {
   __mmask16 fixup = 0;
   if constexpr (kShape == PairShape::kHalfRotation) {
     // Every group of the row is loaded and split once, and serves as its own group and as the
@@ -787,48 +772,26 @@ NPU_OPS_ROW_INLINE uint32_t pair_row_regs(const PairGroupPlan* groups, const c10
   return fixup;
 }
 
-// pair_rows for NG groups per row (NG = 0: any number, table values read per row).
+// pair_rows for NG groups per row, the tables in registers (NG = 0: any number, table values read
+// per row).
 template <PairShape kShape, int NG>
 void pair_rows_shaped(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   using T = c10::BFloat16;
-  const int64_t D = plan.D, ngroups = D / (2 * kLanes);
-  const int64_t ahead_rows = prefetch_rows(plan.D * static_cast<int64_t>(sizeof(T)));
+  using Tables = std::conditional_t<(NG > 0), ChunkTables<2 * NG>, NoTables>;
+  const int64_t ngroups = plan.D / (2 * kLanes);
   const PairGroupPlan* groups = plan.pair_groups.data();
-  T* copy = static_cast<T*>(scratch);
-  for (int64_t r0 = 0; r0 < b.n;) {
-    const int64_t r1 = NG > 0 ? table_run_end(b, r0) : r0 + 1;
-    const float* cs = static_cast<const float*>(b.cos[r0]);
-    const float* sn = static_cast<const float*>(b.sin[r0]);
-    const PairTables<(NG > 0 ? NG : 1)> regs(cs, sn);
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* x = static_cast<const T*>(b.x[r]);
-      T* out = static_cast<T*>(b.out[r]);
-      if (const void* ahead = b.row_ahead(r, ahead_rows)) prefetch_row(ahead, D * sizeof(T));
-      if (b.in_place) {
-        // Partners are read while the row is being written: read them from a copy.
-        std::memcpy(copy, x, D * sizeof(T));
-        x = copy;
-      }
-      const bool stream = b.stream_out && (reinterpret_cast<uintptr_t>(out) % 64) == 0;
-      uint32_t fixup;
-      if constexpr (NG > 0) {
-        fixup = stream ? pair_row_regs<kShape, NG, true>(groups, x, out, regs)
-                       : pair_row_regs<kShape, NG, false>(groups, x, out, regs);
-      } else {
-        fixup = stream ? pair_row<kShape, true, false>(groups, ngroups, x, out, cs, sn)
-                       : pair_row<kShape, false, false>(groups, ngroups, x, out, cs, sn);
-      }
-      if (fixup != 0) {  // rare: subnormal or NaN results
-        if (stream) {
-          pair_row<kShape, true, true>(groups, ngroups, x, out, cs, sn);
+  table_run_rows<T, Tables>(
+      plan, b, scratch, 64,
+      [=](const T* x, T* out, const Tables& t, const float* cs, const float* sn, auto stream) -> uint32_t {
+        if constexpr (NG > 0) {
+          return pair_row_regs<kShape, NG, decltype(stream)::value>(groups, x, out, t);
         } else {
-          pair_row<kShape, false, true>(groups, ngroups, x, out, cs, sn);
+          return pair_row<kShape, decltype(stream)::value, false>(groups, ngroups, x, out, cs, sn);
         }
-      }
-    }
-    r0 = r1;
-  }
-  if (b.stream_out) _mm_sfence();
+      },
+      [=](const T* x, T* out, const float* cs, const float* sn, auto stream) {
+        pair_row<kShape, decltype(stream)::value, true>(groups, ngroups, x, out, cs, sn);
+      });
 }
 
 // Tables in registers where every group is an offset load or its own pairs swapped; mixed and
@@ -837,19 +800,22 @@ void pair_rows_shaped(const RotatePlan& plan, const RowBatch& b, void* scratch) 
 // was slower with them).
 template <PairShape kShape>
 void pair_rows_sized(const RotatePlan& plan, const RowBatch& b, void* scratch) {
-  if (kShape == PairShape::kMixed || kShape == PairShape::kUnswapped) return pair_rows_shaped<kShape, 0>(plan, b, scratch);
-  switch (plan.D / (2 * kLanes)) {
-    case 1: return pair_rows_shaped<kShape, 1>(plan, b, scratch);
-    case 2: return pair_rows_shaped<kShape, 2>(plan, b, scratch);
-    case 3: return pair_rows_shaped<kShape, 3>(plan, b, scratch);
-    case 4: return pair_rows_shaped<kShape, 4>(plan, b, scratch);
-    default: return pair_rows_shaped<kShape, 0>(plan, b, scratch);
+  if constexpr (kShape == PairShape::kMixed || kShape == PairShape::kUnswapped) {
+    return pair_rows_shaped<kShape, 0>(plan, b, scratch);
+  } else {
+    switch (plan.D / (2 * kLanes)) {
+      case 1: return pair_rows_shaped<kShape, 1>(plan, b, scratch);
+      case 2: return pair_rows_shaped<kShape, 2>(plan, b, scratch);
+      case 3: return pair_rows_shaped<kShape, 3>(plan, b, scratch);
+      case 4: return pair_rows_shaped<kShape, 4>(plan, b, scratch);
+      default: return pair_rows_shaped<kShape, 0>(plan, b, scratch);
+    }
   }
 }
 
 // bf16 x with a pair plan; the tables come from pair_table_row.
 void pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
-  switch (pair_shape(plan.pair_groups)) {
+  switch (plan.pair_shape) {
     case PairShape::kAllSwapped: return pair_rows_sized<PairShape::kAllSwapped>(plan, b, scratch);
     case PairShape::kAllOffset: return pair_rows_sized<PairShape::kAllOffset>(plan, b, scratch);
     case PairShape::kHalfRotation: return pair_rows_sized<PairShape::kHalfRotation>(plan, b, scratch);

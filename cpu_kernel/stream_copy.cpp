@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu_kernel/parallel_rule.h"
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 #define NPU_OPS_STREAM_X86 1
@@ -29,8 +31,6 @@ namespace npu_ops_transformer_ext {
 namespace cpu {
 namespace {
 
-// Same threshold as the operator (rope_matrix_cpu.cpp): smaller calls run on the calling thread.
-constexpr int64_t kMinParallelElems = 64 * 1024;
 // Work item: 64 KiB of output (a multiple of 64 bytes, so items start on a cache line of out).
 constexpr int64_t kChunk = 64 * 1024;
 

@@ -256,3 +256,27 @@ def test_run_groups_bit_exact(monkeypatch, isa, variant):
     assert_bit_exact(op(x, y, sin, cos), ref)
     if variant == "plain":
         assert_bit_exact(op(x[1], y, sin, cos), rope_matrix_reference(x[1], y, sin, cos))
+
+
+@needs_avx512
+@pytest.mark.parametrize("isa", ISAS)
+def test_run_after_a_zero_pair_starts_at_pair_zero(monkeypatch, isa):
+    # Group 0's partner pairs form runs (R): pair lanes 0-1 read pairs 20-21, lane 2 is an all-zero
+    # pair, lanes 3-4 read pairs 0-1 and lanes 5-15 pairs 40-50. Lane 3's source pair 0 right after
+    # the zero lane must start its own run (the run splitter the chunk rows share), not extend
+    # lanes 0-1's run.
+    if isa:
+        monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
+    d = 128
+    src = [20, 21, -1, 0, 1] + list(range(40, 51))  # source pair per pair lane of group 0
+    y = torch.zeros(d, d)
+    for lane, s in enumerate(src):
+        if s >= 0:
+            y[2 * s, 2 * lane] = 1.0
+            y[2 * s + 1, 2 * lane + 1] = -1.0
+    y = y.bfloat16()
+    g = torch.Generator().manual_seed(5)
+    x, sin, cos = inputs((2, 3, 7), d, g)
+    c = choice(x, y, sin, cos)
+    assert c.rsplit("/", 1)[1].startswith("R"), c
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))

@@ -1,12 +1,15 @@
-"""Shared pieces of the command-line tools (bench, precision, plot): help layout, argument parsing,
-progress bars, package version and git revision."""
+"""Shared pieces of the command-line tools (bench, sweep, precision, plot): help layout, argument
+parsing, progress bars, the shuffled round-robin timer, package version and git revision."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
+import statistics
 import subprocess
 import sys
+import time
 from typing import Any
 
 PROGRESS_CHOICES = ("auto", "on", "off")
@@ -78,6 +81,44 @@ def progress(total: int, desc: str, mode: str = "auto", unit: str = "call") -> A
     except ImportError:
         return _NoBar()
     return tqdm(total=total, desc=desc, unit=unit, leave=False, dynamic_ncols=True)
+
+
+def time_round_robin(fns: dict, warmup: int, iters: int, min_time: float | None = None, bar: Any = None) -> dict:
+    """{name: (median, p20, p80, min) ms} over rounds of one call of each provider, so that a change in
+    machine load during the run affects all of them alike and the ratios stay meaningful. Each round
+    calls the providers in a new order (fixed seed): a call pays for writing back the dirty lines
+    that the call before it left in cache with ordinary stores (tens of MiB after ``copy_``), so no
+    provider may always follow the same one. At least ``iters`` rounds; given ``min_time``, one
+    untimed round sizes the run and it takes more rounds (up to 5000) until they last that many
+    seconds, so that small calls get enough samples for a stable median and minimum on a busy
+    machine. ``bar`` (see
+    ``progress``) advances once per warmup and timed call."""
+    bar = bar or _NoBar()
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+            bar.update()
+    if min_time is not None:
+        t0 = time.perf_counter()
+        for fn in fns.values():
+            fn()
+        per_round = max(time.perf_counter() - t0, 1e-9)
+        iters = max(iters, min(5000, int(min_time / per_round)))
+    samples: dict = {name: [] for name in fns}
+    order = list(fns)
+    rng = random.Random(0)
+    for _ in range(iters):
+        rng.shuffle(order)
+        for name in order:
+            t0 = time.perf_counter()
+            fns[name]()
+            samples[name].append((time.perf_counter() - t0) * 1e3)
+            bar.update()
+    out = {}
+    for name, s in samples.items():
+        q = statistics.quantiles(s, n=5) if len(s) >= 5 else [min(s)] * 4
+        out[name] = (statistics.median(s), q[0], q[3], min(s))
+    return out
 
 
 def package_version() -> str:

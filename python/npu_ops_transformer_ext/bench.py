@@ -33,10 +33,7 @@ import argparse
 import csv
 import os
 import platform
-import random
-import statistics
 import sys
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -74,30 +71,9 @@ def _cpu_model() -> str:
 
 
 def _time_round_robin(fns: dict, warmup: int, iters: int, bar: Any = None) -> dict:
-    """Times every provider, one call of each per round, so that a change in machine load during the
-    run affects all of them alike and the ratios stay meaningful; each round in a new order (fixed
-    seed), since a call pays for writing back what the call before it left dirty in cache. Returns
-    {name: (median, p20, p80)}."""
-    bar = bar or _cli.progress(0, "", "off")
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-            bar.update()
-    samples = {name: [] for name in fns}
-    order = list(fns)
-    rng = random.Random(0)
-    for _ in range(iters):
-        rng.shuffle(order)
-        for name in order:
-            t0 = time.perf_counter()
-            fns[name]()
-            samples[name].append((time.perf_counter() - t0) * 1e3)
-            bar.update()
-    out = {}
-    for name, s in samples.items():
-        q = statistics.quantiles(s, n=5) if len(s) >= 5 else [min(s)] * 4
-        out[name] = (statistics.median(s), q[0], q[3])
-    return out
+    """{name: (median, p20, p80)} ms of _cli.time_round_robin: one call of each provider per round,
+    each round in a new order."""
+    return {name: r[:3] for name, r in _cli.time_round_robin(fns, warmup, iters, bar=bar).items()}
 
 
 def _without_output_cache(fn):

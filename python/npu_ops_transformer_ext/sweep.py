@@ -31,14 +31,16 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
 
 import torch
 
-from . import ops  # noqa: F401  (registers the ops)
+from . import (
+    _cli,
+    ops,  # noqa: F401  (registers the ops)
+)
 from .reference import mode_matrix
 
 __all__ = ["bench_providers", "limit_fn", "limit_of", "main", "moved_bytes", "plot", "run_sweep"]
@@ -125,34 +127,9 @@ def moved_bytes(provider: str, x: torch.Tensor, tables: Sequence[torch.Tensor]) 
 
 
 def _time_round_robin(fns: dict, warmup: int, iters: int, min_time: float = 0.0) -> dict:
-    """{name: (median, p20, p80, min) ms}: at least ``iters`` rounds of one call of each, more
-    (up to 5000) until the rounds take ``min_time`` seconds, so that small calls get enough samples
-    for a stable median and minimum on a busy machine. Each round calls the providers in a new
-    order (fixed seed): a call pays for writing back the dirty lines that the call before it left
-    in cache with ordinary stores (tens of MiB after ``copy_``), so no provider may always follow
-    the same one."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    t0 = time.perf_counter()
-    for fn in fns.values():
-        fn()
-    per_round = max(time.perf_counter() - t0, 1e-9)
-    iters = max(iters, min(5000, int(min_time / per_round)))
-    samples = {name: [] for name in fns}
-    order = list(fns)
-    rng = random.Random(0)
-    for _ in range(iters):
-        rng.shuffle(order)
-        for name in order:
-            t0 = time.perf_counter()
-            fns[name]()
-            samples[name].append((time.perf_counter() - t0) * 1e3)
-    out = {}
-    for name, s in samples.items():
-        q = statistics.quantiles(s, n=5) if len(s) >= 5 else [min(s)] * 4
-        out[name] = (statistics.median(s), q[0], q[3], min(s))
-    return out
+    """{name: (median, p20, p80, min) ms}: _cli.time_round_robin, at least ``iters`` rounds, more
+    (up to 5000) until the rounds take ``min_time`` seconds; each round in a new order."""
+    return _cli.time_round_robin(fns, warmup, iters, min_time)
 
 
 def _thread_counts(spec: str) -> list[int]:
