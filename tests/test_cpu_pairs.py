@@ -280,3 +280,30 @@ def test_run_after_a_zero_pair_starts_at_pair_zero(monkeypatch, isa):
     c = choice(x, y, sin, cos)
     assert c.rsplit("/", 1)[1].startswith("R"), c
     assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+
+
+@needs_avx512
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("d", [32, 128])
+def test_offset_group_whose_first_live_lane_reads_the_pair_before_it(monkeypatch, isa, d):
+    # Group 0's pair lane 0 is all-zero, lane 1 reads pair 0 (source pair = lane - 1) and lanes
+    # 2-15 read their own pairs 2-15. The live lanes are not one offset run (lane 1 is at offset -1,
+    # the others at 0), so the group must not become an offset group reading pairs 1-15 from
+    # lane 1 on: out[2:4] comes from x[0:2], not x[2:4].
+    if isa:
+        monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
+    y = torch.zeros(d, d)
+    y[0, 2] = 1.0
+    y[1, 3] = -1.0
+    for j in range(4, d):
+        y[j, j] = 1.0
+    y = y.bfloat16()
+    g = torch.Generator().manual_seed(11)
+    x, sin, cos = inputs((2, 3, 7), d, g)
+    c = choice(x, y, sin, cos)
+    assert "/pairs/" in c, c
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+    # the smallest form: one row, sin 1 and cos 0, so out is x @ y
+    x1 = torch.arange(1, d + 1, dtype=torch.bfloat16).reshape(1, d)
+    one, zero = torch.ones(1, d, dtype=torch.bfloat16), torch.zeros(1, d, dtype=torch.bfloat16)
+    assert_bit_exact(op(x1, y, one, zero), rope_matrix_reference(x1, y, one, zero))
