@@ -59,12 +59,17 @@ std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner,
       if (swapped) p.swap |= 1u << l;
     }
     const int32_t own = static_cast<int32_t>(g * kLanes);  // first pair of this group
-    bool same = true, offset = true;
-    int32_t first = -1;
+    // Offset: every live lane l reads pair first + l. `first` may be negative (lane 1 reading
+    // pair 0), so whether it is set is kept apart from its value.
+    bool same = true, offset = true, have_first = false;
+    int32_t first = 0;
     for (int l = 0; l < kLanes; ++l) {
       if (!(live >> l & 1u)) continue;
       same = same && src[l] == own + l;
-      if (first < 0) first = src[l] - l;
+      if (!have_first) {
+        first = src[l] - l;
+        have_first = true;
+      }
       offset = offset && src[l] == first + l;
     }
     // Runs of live lanes whose source pairs are consecutive.
