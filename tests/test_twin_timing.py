@@ -211,3 +211,15 @@ def test_npu_model_cli_prints_every_mode_and_kernel(capsys):
     # the model's matrices take precision's splits, also for D != 128 (3D at D = 64: 22+22+20)
     _, y, _, _ = npu_model._inputs((1, 1, 8, 64), torch.float32, "half-3d")
     assert torch.equal(y, mode_matrix("half", [22, 22, 20], dtype=torch.float32))
+
+
+def test_word_gather_keeps_half_3d_at_the_copies_time():
+    # Half 3D (44+44+40) in bf16 gathers 32-bit words (half the elements of an fp32 Gather at
+    # A2's 5 elements per cycle), so the vector pipe stays under the copies and the prediction
+    # matches half 1D's, whose partners move by UB copies; the fp32 Gather was about 10 % slower.
+    shape = (1, 24, 2880, 128)
+    half1d = npu_model.predict(shape, "half-1d", "perm")
+    half3d = npu_model.predict(shape, "half-3d", "perm")
+    assert half3d["predicted_us"] <= 1.02 * half1d["predicted_us"]
+    slow = npu_model.predict(shape, "half-3d", "perm", timing_params={"gather_elems_per_cycle": 2.5})
+    assert slow["predicted_us"] > 1.05 * half1d["predicted_us"]  # a Gather of twice the work would show
