@@ -19,6 +19,15 @@ template <typename... A>
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 constexpr uint64_t kConstAlign = 32;  // the offsets/sign table starts 32-byte aligned in GM
 constexpr uint32_t kZeroSlotElems = 8;  // fp32 zeros after the x tile (the kernel's +0 slot)
+// Columns 2i, 2i+1 take the partners 2k, 2k+1 (one 32-bit word of a 2-byte x), for every i; an
+// all-zero column has no partner word.
+bool moves_in_word_pairs(const std::vector<int32_t>& partner) {
+  if (partner.size() % 2 != 0) return false;
+  for (uint64_t j = 0; j < partner.size(); j += 2) {
+    if (partner[j] < 0 || partner[j] % 2 != 0 || partner[j + 1] != partner[j] + 1) return false;
+  }
+  return true;
+}
 }  // namespace
 
 bool find_signed_permutation(const double* y, uint64_t d, std::vector<int32_t>& partner, std::vector<float>& sign) {
@@ -127,13 +136,9 @@ uint32_t perm_partner_path(const std::vector<int32_t>& partner, uint32_t xBytes)
 uint32_t perm_partner_path(const std::vector<int32_t>& partner, uint32_t xBytes, const std::vector<uint32_t>& runs) {
   if (runs[0] > 0) return kPermPathRuns;
   if (xBytes != 2 || partner.size() % 2 != 0) return kPermPathGather;
-  bool swap = true, words = true;
-  for (uint64_t j = 0; j < partner.size(); j += 2) {
-    swap = swap && partner[j] == static_cast<int32_t>(j + 1) && partner[j + 1] == static_cast<int32_t>(j);
-    // columns j, j+1 take one 32-bit word of x: partners 2k, 2k+1 (an all-zero column has none)
-    words = words && partner[j] >= 0 && partner[j] % 2 == 0 && partner[j + 1] == partner[j] + 1;
-  }
-  return swap ? kPermPathSwapHalves : words ? kPermPathGatherWords : kPermPathGather;
+  bool swap = true;
+  for (uint64_t j = 0; swap && j < partner.size(); ++j) swap = partner[j] == static_cast<int32_t>(j ^ 1);
+  return swap ? kPermPathSwapHalves : moves_in_word_pairs(partner) ? kPermPathGatherWords : kPermPathGather;
 }
 
 std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector<int32_t>& partner,
@@ -147,7 +152,9 @@ std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector
   std::vector<float> signs(tile, 1.0f);
   const uint32_t zeroSlot = static_cast<uint32_t>(tile * 4);  // bytes: the +0 slot after the tile
   const bool words = t.partnerPath == kPermPathGatherWords;
-  if (words && (t.xBytes != 2 || t.d % 2 || t.dPad % 2)) fail("the word Gather needs a 2-byte x and an even D");
+  if (words && (t.xBytes != 2 || t.dPad % 2 || !moves_in_word_pairs(partner))) {
+    fail("the word Gather needs a 2-byte x whose columns move in pairs (2i, 2i+1) <- (2k, 2k+1)");
+  }
   for (uint64_t r = 0; r < t.chunkRows; ++r) {
     for (uint64_t j = 0; j < t.dPad; ++j) {
       const uint64_t e = r * t.dPad + j;
@@ -158,7 +165,6 @@ std::vector<uint8_t> pack_perm_tiling(const RopePermTiling& t, const std::vector
       } else if (j % 2 == 0) {
         // word e/2 of the 2-byte x tile: the word of its partner pair; a padding word reads its
         // row's first word (loaded, and never stored)
-        if (j < t.d && (src < 0 || src % 2 || partner[j + 1] != src + 1)) fail("column ", j, " does not move in a pair");
         const uint64_t col = j < t.d ? static_cast<uint64_t>(src) : 0;
         offsets[e / 2] = static_cast<uint32_t>((r * t.dPad + col) * 2);
       }
