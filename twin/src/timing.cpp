@@ -19,6 +19,19 @@ namespace twin::timing {
 
 void on_issue(CoreTrace* trace, int pipe, const char* api, const VClock& vc) { trace->on_issue(pipe, api, vc); }
 
+namespace {
+// A transfer on `pipe`: the MTE issue latency, then GM bytes at up to `cap` bytes per cycle.
+Instr transfer(int pipe, const char* api, double cap, const HwParams& p) {
+  Instr in;
+  in.pipe = static_cast<uint8_t>(pipe);
+  in.kind = Kind::Mte;
+  in.api = api;
+  in.cycles = p.mte_latency_cycles;
+  in.cap = cap;
+  return in;
+}
+}  // namespace
+
 uint32_t CoreTrace::push(Instr in) {
   in.gate = static_cast<uint32_t>(waits.size());
   ++issued[in.pipe];
@@ -39,15 +52,13 @@ void CoreTrace::add_range(Instr& in, const GmRange& r) {
 
 void CoreTrace::on_issue(int pipe, const char* api, const VClock& vc) {
   if (aic) return;  // a cube core's instructions are its IterateAlls (on_matmul)
-  Instr in;
+  const bool mte = pipe == kPipeMte2 || pipe == kPipeMte3;
+  Instr in = mte ? transfer(pipe, api, params->mte_core_bytes_per_cycle, *params) : Instr{};
   in.pipe = static_cast<uint8_t>(pipe);
   in.api = api;
   in.deps = vc;
   in.deps[pipe] = vc[pipe] - 1;  // the earlier instructions of its own pipe (in order anyway)
-  if (pipe == kPipeMte2 || pipe == kPipeMte3) {
-    in.kind = Kind::Mte;
-    in.cycles = params->mte_latency_cycles;
-    in.cap = params->mte_core_bytes_per_cycle;
+  if (mte) {
     for (const GmRange& r : pending_[pipe]) add_range(in, r);
     pending_[pipe].clear();
   } else {
@@ -100,12 +111,7 @@ void CoreTrace::on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a
   mm_.b_region = b_region;
   for (int64_t j = 0; j < blocks; ++j) {
     const int64_t rows = std::min(base_m, m - j * base_m);
-    Instr ld;
-    ld.pipe = kPipeMte2;
-    ld.kind = Kind::Mte;
-    ld.api = "Matmul GM->L1 (A, B)";
-    ld.cycles = p.mte_latency_cycles;
-    ld.cap = p.mte_core_bytes_per_cycle;
+    Instr ld = transfer(kPipeMte2, "Matmul GM->L1 (A, B)", p.mte_core_bytes_per_cycle, p);
     ld.deps[kPipeS] = sSeq;
     ld.deps[kPipeMte2] = issued[kPipeMte2];
     push(std::move(ld));
@@ -121,12 +127,7 @@ void CoreTrace::on_matmul(int64_t m, int64_t n, int64_t k, int64_t base_m, int a
     mm.deps[kPipeMte2] = issued[kPipeMte2];
     mm.deps[kPipeM] = issued[kPipeM];
     push(std::move(mm));
-    Instr fx;
-    fx.pipe = kPipeFix;
-    fx.kind = Kind::Mte;
-    fx.api = "Matmul FixPipe L0C->GM";
-    fx.cycles = p.mte_latency_cycles;
-    fx.cap = p.fix_bytes_per_cycle;
+    Instr fx = transfer(kPipeFix, "Matmul FixPipe L0C->GM", p.fix_bytes_per_cycle, p);
     fx.deps[kPipeM] = issued[kPipeM];
     fx.deps[kPipeFix] = issued[kPipeFix];
     push(std::move(fx));
