@@ -5,11 +5,13 @@
 //   broadcast dims: where both tables are broadcast, e.g. B and N.
 // Work is cut into blocks of R consecutive table rows (R up to 128 at D = 128, fewer when that
 // gives every thread 8 blocks). A block converts its cos/sin rows to the
-// compute type once (small enough to stay in L2), then runs over every broadcast position (every
-// head and batch, of q and of k) for those R table rows, as the NPU kernel reuses its UB copy of the
-// tables across B*N; a batch takes the rows of four heads in turn, so each table row serves four
-// x rows while it is in L1. Blocks (and, when there are few of them, slices of the broadcast positions)
-// are spread over threads with at::parallel_for.
+// compute type once (small enough to stay in L2; the bf16 pair rows read bf16 tables as they are,
+// see raw_pair_tables), then runs over every broadcast position (every head and batch, of q and of
+// k) for those R table rows, as the NPU kernel reuses its UB copy of the tables across B*N. A batch
+// (RowBatch) is the block's R table rows for a few positions -- four heads in turn (BNSD), or all
+// heads when they are adjacent rows of x (BSND) -- so each table row, loaded once into registers,
+// serves the rows of every position of the batch. Blocks (and, when there are few of them, slices of
+// the broadcast positions) are spread over threads with at::parallel_for.
 #include <ATen/Parallel.h>
 #include <ATen/ATen.h>
 #include <c10/util/BFloat16.h>
@@ -151,9 +153,8 @@ struct Workspace {
   std::vector<const void*> cosrow, sinrow;
   std::vector<Position> positions;
   std::vector<std::pair<size_t, size_t>> ranges;
-  std::vector<const void*> bx[2];
-  std::vector<void*> bout;
-  std::vector<const void*> bcos, bsin;
+  std::vector<const char*> xhead[2];  // position bases of this batch and of the next one
+  std::vector<char*> ohead[2];
   std::vector<int64_t> tidx, bidx;
 };
 
@@ -228,15 +229,10 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
     const void** const sinrow = ws.sinrow.data();
     std::vector<Position>& positions = ws.positions;
     std::vector<std::pair<size_t, size_t>>& ranges = ws.ranges;  // batches: [first, last) positions
-    // Row pointers of a batch (up to max_heads positions x R rows); x twice, for this batch and
-    // the next one.
-    const size_t batch_cap = static_cast<size_t>(max_heads * R);
-    for (auto* v : {&ws.bx[0], &ws.bx[1], &ws.bcos, &ws.bsin}) grow(*v, batch_cap);
-    grow(ws.bout, batch_cap);
-    std::vector<const void*>* const bx = ws.bx;
-    void** const bout = ws.bout.data();
-    const void** const bcos = ws.bcos.data();
-    const void** const bsin = ws.bsin.data();
+    for (int i = 0; i < 2; ++i) {
+      grow(ws.xhead[i], static_cast<size_t>(max_heads));
+      grow(ws.ohead[i], static_cast<size_t>(max_heads));
+    }
     grow(ws.tidx, static_cast<size_t>(tab.nt));
     grow(ws.bidx, static_cast<size_t>(max_nb));
     int64_t* const tidx = ws.tidx.data();
@@ -246,7 +242,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
       const int64_t blk = item / nslices, slice = item % nslices;
       const int64_t t0 = blk * R;
       const int64_t nr = std::min(R, tab.ntr - t0);
-      // Offsets of the block's table rows, and its table rows in the compute type.
+      // Offsets of the block's table rows, and its table rows in the compute type (or as they are).
       unravel(t0, tab.nt, tab.t_size.data(), tidx);
       for (int64_t r = 0; r < nr; ++r) {
         int64_t so = 0, co = 0;
@@ -263,12 +259,19 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
           xt_off[i * R + r] = xo * ops[i].elem;
           ot_off[i * R + r] = oo * ops[i].elem;
         }
-        C* cbuf = tabbuf + (2 * r) * Dp;
-        C* sbuf = cbuf + Dp;
-        k.cos_table(tab.cos_base + co * elem_size(tab.cos_dtype), D, Dp, nullptr, cbuf);
-        k.sin_table(tab.sin_base + so * elem_size(tab.sin_dtype), D, Dp, sign_bits, sbuf);
-        cosrow[r] = cbuf;
-        sinrow[r] = sbuf;
+        const char* csrc = tab.cos_base + co * elem_size(tab.cos_dtype);
+        const char* ssrc = tab.sin_base + so * elem_size(tab.sin_dtype);
+        if (k.cos_table == nullptr) {  // the row kernel reads the caller's rows (raw_pair_tables)
+          cosrow[r] = csrc;
+          sinrow[r] = ssrc;
+        } else {
+          C* cbuf = tabbuf + (2 * r) * Dp;
+          C* sbuf = cbuf + Dp;
+          k.cos_table(csrc, D, Dp, nullptr, cbuf);
+          k.sin_table(ssrc, D, Dp, sign_bits, sbuf);
+          cosrow[r] = cbuf;
+          sinrow[r] = sbuf;
+        }
         advance(tab.nt, tab.t_size.data(), tidx);
       }
       // Every broadcast position of every operand in this slice, heads_per_batch of them per batch
@@ -297,46 +300,30 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
         }
       }
       const size_t nbatches = ranges.size();
-      // Calls f(row index in the batch, position, table row) for every row of batch t; returns
-      // the batch's row count.
-      // Fills rows[r * hn + h] = base_h + off[r] for every position h of batch t (row r * hn + h is
-      // table row r of position h); returns the batch's row count.
-      const auto fill_rows = [&](size_t t, bool is_x, auto* rows) -> int64_t {
+      // Fills the position bases of batch t into slot t % 2 (batch t + 1's are filled while batch
+      // t runs, for its prefetching); returns the batch's number of positions.
+      const auto fill_heads = [&](size_t t) -> int64_t {
         const auto [p0, p1] = ranges[t];
-        const int64_t hn = static_cast<int64_t>(p1 - p0);
-        for (int64_t h = 0; h < hn; ++h) {
-          const Position& pos = positions[p0 + h];
-          const Operand& o = ops[pos.op];
-          const int64_t* off = (is_x ? xt_off : ot_off) + pos.op * R;
-          char* base = is_x ? const_cast<char*>(o.x_base) + pos.x_off : o.out_base + pos.out_off;
-          for (int64_t r = 0; r < nr; ++r) rows[r * hn + h] = base + off[r];
+        const Operand& o = ops[positions[p0].op];
+        for (size_t p = p0; p < p1; ++p) {
+          ws.xhead[t % 2][p - p0] = o.x_base + positions[p].x_off;
+          ws.ohead[t % 2][p - p0] = o.out_base + positions[p].out_off;
         }
-        return nr * hn;
+        return static_cast<int64_t>(p1 - p0);
       };
-      // The table rows of a batch depend only on its number of positions: filled again only when
-      // that changes (the last batch of an operand may have fewer).
-      int64_t tables_hn = 0;
-      // Batch t's x rows are filled one batch ahead (as the previous batch's next rows).
-      int64_t n = nbatches > 0 ? fill_rows(0, true, bx[0].data()) : 0;
+      int64_t hn = nbatches > 0 ? fill_heads(0) : 0;
       for (size_t t = 0; t < nbatches; ++t) {
-        std::vector<const void*>& xr = bx[t % 2];
-        std::vector<const void*>& next = bx[(t + 1) % 2];
-        fill_rows(t, false, bout);
-        const int64_t hn = static_cast<int64_t>(ranges[t].second - ranges[t].first);
-        if (hn != tables_hn) {
-          for (int64_t r = 0; r < nr; ++r) {
-            std::fill_n(bcos + r * hn, hn, cosrow[r]);
-            std::fill_n(bsin + r * hn, hn, sinrow[r]);
-          }
-          tables_hn = hn;
-        }
-        RowBatch rb{n, xr.data(), bout, bcos, bsin, stream, in_place};
+        const size_t op = positions[ranges[t].first].op;
+        RowBatch rb{nr, hn, ws.xhead[t % 2].data(), ws.ohead[t % 2].data(), xt_off + op * R, ot_off + op * R,
+                    cosrow, sinrow, stream, in_place};
         if (t + 1 < nbatches) {
-          rb.next_n = fill_rows(t + 1, true, next.data());
-          rb.next_x = next.data();
+          rb.next_hn = fill_heads(t + 1);
+          rb.next_x_head = ws.xhead[(t + 1) % 2].data();
+          rb.next_x_off = xt_off + positions[ranges[t + 1].first].op * R;
+          rb.next_nr = nr;
         }
         k.rows(plan, rb, scratch);
-        n = rb.next_n;
+        hn = rb.next_hn;
       }
     }
   });

@@ -136,6 +136,8 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
   if (plan.is_perm) {
     plan.sign_bits.assign(plan.Dp, 0u);
     for (int64_t j = 0; j < D; ++j) plan.sign_bits[j] = plan.sign[j] < 0 ? 0x80000000u : 0u;
+    plan.sign16.assign(plan.Dp, 0);
+    for (int64_t j = 0; j < D; ++j) plan.sign16[j] = plan.sign[j] < 0 ? 0x8000u : 0u;
     for (int64_t c = 0; c < plan.Dp / kLanes; ++c) plan.chunks.push_back(plan_chunk(plan.partner, D, c));
     plan.chunks_half_rotation = is_half_rotation(plan.chunks);
     plan.pair_groups = plan_pair_groups(plan.partner, D);

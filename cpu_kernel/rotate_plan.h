@@ -101,6 +101,7 @@ struct RotatePlan {
   std::vector<int32_t> partner;  // [D], -1 for an all-zero column
   std::vector<int8_t> sign;      // [D], +1 or -1
   std::vector<uint32_t> sign_bits;  // [Dp], 0x80000000 where sign is -1: XOR into fp32 sin
+  std::vector<uint16_t> sign16;     // [Dp], 0x8000 where sign is -1: XOR into 16-bit sin
   std::vector<ChunkPlan> chunks; // [Dp / 16]
   std::vector<PairGroupPlan> pair_groups;  // [D / 32], or empty (see PairGroupPlan)
   // Chunk c's partners are chunk c + (Dp/16)/2 mod Dp/16, in order, all lanes live: rotate_half

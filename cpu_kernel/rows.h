@@ -1,9 +1,10 @@
 // Row kernels: the fused step for a batch of rows that share nothing but the rotate plan.
 //
-// A call processes n rows; row r reads x[r][0..D), table rows cos[r] and sin[r] (already converted
-// to the compute type C, padded to Dp with zeros, and, for a signed-permutation plan, with the sign
-// folded into sin) and writes out[r][0..D). x[r] and out[r] may be the same row (in-place): a row is
-// read completely before any of it is written.
+// A call processes a batch of rows: the rows of hn broadcast positions (heads) for nr consecutive
+// table rows. Row (r, h) reads x row x_head[h] + x_off[r], table rows cos[r] and sin[r] (already
+// converted to the compute type C, padded to Dp with zeros, and, for a signed-permutation plan,
+// with the sign folded into sin) and writes out row out_head[h] + out_off[r]. x and out rows may be
+// the same (in-place): a row is read completely before any of it is written.
 #pragma once
 
 #include "cpu_kernel/rotate_plan.h"
@@ -12,36 +13,51 @@ namespace npu_ops_transformer_ext {
 namespace cpu {
 
 struct RowBatch {
-  int64_t n;                // rows in this batch
-  const void* const* x;     // [n] row pointers, element type T
-  void* const* out;         // [n] row pointers, element type T
-  const void* const* cos;   // [n] table rows, compute type C, length Dp
-  const void* const* sin;   // [n] table rows, compute type C, length Dp
-  bool stream_out;          // hint: out is large and fresh; non-temporal stores may be used
-  bool in_place;            // out[r] == x[r]: a row must be read whole before any of it is written
-  // The x rows of the batch that comes next (nullptr, 0 for none), so that prefetching runs on
-  // across the end of this batch instead of starting every batch cold.
-  const void* const* next_x = nullptr;
-  int64_t next_n = 0;
+  int64_t nr;                  // table rows
+  int64_t hn;                  // positions per table row
+  const char* const* x_head;   // [hn] each position's x base, element type T
+  char* const* out_head;       // [hn] each position's output base
+  const int64_t* x_off;        // [nr] bytes from a position's x base to table row r's row
+  const int64_t* out_off;      // [nr] the same for the output
+  const void* const* cos;      // [nr] table rows, compute type C, length Dp
+  const void* const* sin;      // [nr]
+  bool stream_out;             // hint: out is large and fresh; non-temporal stores may be used
+  bool in_place;               // x and out rows are the same: read a row whole before writing it
+  // The batch that comes next (next_hn = 0 for none), so that prefetching runs on across the end
+  // of this batch instead of starting every batch cold.
+  const char* const* next_x_head = nullptr;
+  const int64_t* next_x_off = nullptr;
+  int64_t next_nr = 0, next_hn = 0;
 
-  // Row r + ahead of this batch, continuing into the next one; nullptr past both.
-  const void* row_ahead(int64_t r, int64_t ahead) const {
-    const int64_t i = r + ahead;
-    if (i < n) return x[i];
-    return i - n < next_n ? next_x[i - n] : nullptr;
+  int64_t n() const { return nr * hn; }
+  // f(r, h) for every row, table row by table row.
+  template <typename F>
+  void for_each_row(F&& f) const {
+    for (int64_t r = 0; r < nr; ++r) {
+      for (int64_t h = 0; h < hn; ++h) f(r, h);
+    }
+  }
+  const void* x(int64_t r, int64_t h) const { return x_head[h] + x_off[r]; }
+  void* out(int64_t r, int64_t h) const { return out_head[h] + out_off[r]; }
+  // Position h's x row `ahead` table rows after r, continuing into the next batch; nullptr past both.
+  const void* x_ahead(int64_t r, int64_t h, int64_t ahead) const {
+    int64_t i = r + ahead;
+    if (i < nr) return x_head[h] + x_off[i];
+    i -= nr;
+    return (h < next_hn && i < next_nr) ? next_x_head[h] + next_x_off[i] : nullptr;
   }
 };
 
-// Row r of a batch with its element types: `const auto [x, out, cs, sn] = BatchRow<T, C>(b, r);`
+// Row (r, h) of a batch with its element types: `const auto [x, out, cs, sn] = BatchRow<T, C>(b, r, h);`
 template <typename T, typename C>
 struct BatchRow {
   const T* x;
   T* out;
   const C* cos;
   const C* sin;
-  BatchRow(const RowBatch& b, int64_t r)
-      : x(static_cast<const T*>(b.x[r])),
-        out(static_cast<T*>(b.out[r])),
+  BatchRow(const RowBatch& b, int64_t r, int64_t h)
+      : x(static_cast<const T*>(b.x(r, h))),
+        out(static_cast<T*>(b.out(r, h))),
         cos(static_cast<const C*>(b.cos[r])),
         sin(static_cast<const C*>(b.sin[r])) {}
 };
@@ -53,8 +69,16 @@ using RowsFn = void (*)(const RotatePlan& plan, const RowBatch& batch, void* scr
 
 // Converts one table row (D elements of the table's dtype) to the compute type, padded with zeros
 // to Dp; where sign_bits is given, XORs it in (the exact negation that folds y's signs into sin).
+// A null TableFn: the row kernel reads the caller's table rows as they are (raw_pair_tables).
 using TableFn = void (*)(const void* src, int64_t D, int64_t Dp, const uint32_t* sign_bits,
                          void* dst);
+
+// Whether the AVX-512 pair rows read the caller's bf16 table rows directly (bf16 x and tables, a
+// pair plan): no per-call conversion, and half the table bytes of fp32 rows.
+inline bool raw_pair_tables(at::ScalarType x, at::ScalarType sin_t, at::ScalarType cos_t, const RotatePlan& plan) {
+  return x == at::kBFloat16 && sin_t == at::kBFloat16 && cos_t == at::kBFloat16 && plan.is_perm &&
+         !plan.pair_groups.empty();
+}
 
 // A row kernel and what it is: "pairs", "chunks", "chunks-buffered", "dense", "dense-dpbf16"
 // (AVX-512 families) or "portable".
@@ -86,10 +110,12 @@ TableFn avx2_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype);
 #endif
 #ifdef NPU_OPS_HAVE_AVX512
 // AVX-512 kernels (rows_avx512*.cpp); nullptr where they have none (float64).
-RowsChoice avx512_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan);
-TableFn avx512_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype, const RotatePlan& plan);
-RowsChoice avx512_bf16_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan);
-TableFn avx512_bf16_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype, const RotatePlan& plan);
+// raw_tables: raw_pair_tables (then the table functions are null).
+RowsChoice avx512_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan, bool raw_tables);
+TableFn avx512_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype, const RotatePlan& plan, bool raw_tables);
+RowsChoice avx512_bf16_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan, bool raw_tables);
+TableFn avx512_bf16_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype, const RotatePlan& plan,
+                             bool raw_tables);
 #endif
 
 }  // namespace cpu

@@ -10,9 +10,11 @@
 
 namespace npu_ops_transformer_ext {
 namespace cpu {
-RowsChoice avx512_bf16_rows_fn(at::ScalarType t, const RotatePlan& plan) { return avx512_bf16::rows_fn(t, plan); }
-TableFn avx512_bf16_table_fn(at::ScalarType t, at::ScalarType x_dtype, const RotatePlan& plan) {
-  return avx512_bf16::table_fn(t, x_dtype, plan);
+RowsChoice avx512_bf16_rows_fn(at::ScalarType t, const RotatePlan& plan, bool raw_tables) {
+  return avx512_bf16::rows_fn(t, plan, raw_tables);
+}
+TableFn avx512_bf16_table_fn(at::ScalarType t, at::ScalarType x_dtype, const RotatePlan& plan, bool raw_tables) {
+  return avx512_bf16::table_fn(t, x_dtype, plan, raw_tables);
 }
 }  // namespace cpu
 }  // namespace npu_ops_transformer_ext

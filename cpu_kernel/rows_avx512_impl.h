@@ -160,15 +160,6 @@ struct Io<c10::Half> {
   static void stream_unchecked(c10::Half* p, __m512 v) { stream(p, v); }
 };
 
-// The end of the run of rows from r on that read the same table rows (the driver orders a batch
-// by table row, so every head's row for one table row comes one after another): the kernels load
-// those table rows once per run.
-NPU_OPS_ROW_INLINE int64_t table_run_end(const RowBatch& b, int64_t r) {
-  int64_t e = r + 1;
-  while (e < b.n && b.cos[e] == b.cos[r] && b.sin[e] == b.sin[r]) ++e;
-  return e;
-}
-
 // Loads row x (D elements) into the fp32 buffer xf, zero-padded to Dp + 16.
 template <typename T>
 inline void load_row(const T* x, float* xf, int64_t D, int64_t Dp) {
@@ -186,6 +177,11 @@ inline void load_row(const T* x, float* xf, int64_t D, int64_t Dp) {
 constexpr int64_t kPrefetchBytes = 8 * 1024;
 
 inline int64_t prefetch_rows(int64_t row_bytes) { return std::max<int64_t>(1, kPrefetchBytes / row_bytes); }
+
+// The same distance in table rows of a batch with hn positions (each table row has hn rows).
+inline int64_t prefetch_table_rows(int64_t row_bytes, int64_t hn) {
+  return std::max<int64_t>(1, (prefetch_rows(row_bytes) + hn - 1) / hn);
+}
 
 // Always inlined: as a plain inline function it was left out of table_run_rows's row loops
 // altogether (no prefetch instruction in them).
@@ -291,10 +287,10 @@ inline void direct_row_exact(const ChunkPlan* chunks, int64_t D, int64_t Dp, con
   }
 }
 
-// The table rows of one run (table_run_end) in registers, NC vectors of 16 fp32 each (chunk rows:
-// Dp = 16 * NC, NC <= 8, 2 * NC of the 32 vector registers; pair rows: NC = 2 * NG, each group's
-// even then odd vector), so that the rows of a run load only x: a table row is read once per run,
-// not once per row.
+// One table row of a batch in registers, NC vectors of 16 fp32 each (chunk rows: Dp = 16 * NC,
+// NC <= 8, 2 * NC of the 32 vector registers; pair rows: NC = 2 * NG, each group's even then odd
+// vector), so that the rows of every position for that table row load only x: a table row is read
+// once per batch, not once per row.
 template <int NC>
 struct ChunkTables {
   __m512 c[NC], s[NC];
@@ -304,52 +300,63 @@ struct ChunkTables {
       s[i] = _mm512_loadu_ps(sn + i * kLanes);
     }
   }
+  __m512 cos(int i) const { return c[i]; }
+  __m512 sin(int i) const { return s[i]; }
 };
 
-// No tables in registers: rows read their table values from memory, one row per run.
-struct NoTables {};
+// The same table values read where they are used (the compiler folds the loads into the
+// multiplies): for batches with few rows per table row, where loading a table row into registers
+// costs more than it saves.
+template <int NC>
+struct MemTables {
+  const float* cs;
+  const float* sn;
+  MemTables(const float* c, const float* s) : cs(c), sn(s) {}
+  __m512 cos(int i) const { return _mm512_loadu_ps(cs + i * kLanes); }
+  __m512 sin(int i) const { return _mm512_loadu_ps(sn + i * kLanes); }
+};
 
-// The row loop shared by the rows that may keep their tables in registers (Tables: ChunkTables,
-// or NoTables). Per run of rows that share their table rows (one row per run with NoTables) the
-// tables are loaded once; per row it prefetches ahead, reads an in-place row from a copy in
-// `scratch`, chooses non-temporal stores when out is aligned to `stream_align` bytes, and calls
-// fast(x, out, tables, cs, sn, kStream), which returns the lanes whose rounding needs the exact
-// path; if any, exact(x, out, cs, sn, kStream) redoes the row (rare: subnormal or NaN results).
-// kStream is a std::integral_constant<bool>.
-template <typename T, typename Tables, typename Fast, typename Exact>
+// Batches with fewer rows per table row than this read their table values where used (MemTables,
+// PairMemTables); others load each table row into registers once.
+constexpr int64_t kRegTablesMinRows = 4;
+
+// No tables in registers: every row reads its table values from memory.
+struct NoTables {};
+inline NoTables no_tables(const void*, const void*) { return {}; }
+
+// The row loop shared by the rows that may keep a table row in registers. Per table row it calls
+// make_tables(cs, sn) once (ChunkTables: loads into registers; MemTables or NoTables: nothing), and
+// the tables serve the rows of every position of the batch; per row it prefetches ahead, reads an
+// in-place row from a copy in `scratch`, chooses non-temporal stores when out is aligned to
+// `stream_align` bytes, and calls fast(x, out, tables, cs, sn, kStream), which returns the lanes
+// whose rounding needs the exact path; if any, exact(x, out, cs, sn, kStream) redoes the row (rare:
+// subnormal or NaN results). cs and sn are the batch's table rows (const void*); kStream is a
+// std::integral_constant<bool>.
+template <typename T, typename MakeTables, typename Fast, typename Exact>
 NPU_OPS_ROW_INLINE void table_run_rows(const RotatePlan& plan, const RowBatch& b, void* scratch, int64_t stream_align,
-                                       Fast fast, Exact exact) {
-  constexpr bool kRegs = !std::is_same_v<Tables, NoTables>;
-  const int64_t D = plan.D;
-  const int64_t ahead_rows = prefetch_rows(D * static_cast<int64_t>(sizeof(T)));
+                                       MakeTables make_tables, Fast fast, Exact exact) {
+  const int64_t row_bytes = plan.D * static_cast<int64_t>(sizeof(T));
+  const int64_t ahead = prefetch_table_rows(row_bytes, b.hn);
   T* copy = static_cast<T*>(scratch);
-  for (int64_t r0 = 0; r0 < b.n;) {
-    const int64_t r1 = kRegs ? table_run_end(b, r0) : r0 + 1;
-    const float* cs = static_cast<const float*>(b.cos[r0]);
-    const float* sn = static_cast<const float*>(b.sin[r0]);
-    Tables regs = [&] {
-      if constexpr (kRegs) {
-        return Tables(cs, sn);
-      } else {
-        return Tables{};
-      }
-    }();
-    for (int64_t r = r0; r < r1; ++r) {
-      const T* x = static_cast<const T*>(b.x[r]);
-      T* out = static_cast<T*>(b.out[r]);
-      if (const void* ahead = b.row_ahead(r, ahead_rows)) prefetch_row(ahead, D * sizeof(T));
+  for (int64_t r = 0; r < b.nr; ++r) {
+    const void* cs = b.cos[r];
+    const void* sn = b.sin[r];
+    const auto tables = make_tables(cs, sn);
+    for (int64_t h = 0; h < b.hn; ++h) {
+      const T* x = static_cast<const T*>(b.x(r, h));
+      T* out = static_cast<T*>(b.out(r, h));
+      if (const void* next = b.x_ahead(r, h, ahead)) prefetch_row(next, row_bytes);
       if (b.in_place) {
         // Partners are read while the row is being written: read them from a copy.
-        std::memcpy(copy, x, D * sizeof(T));
+        std::memcpy(copy, x, row_bytes);
         x = copy;
       }
       if (b.stream_out && (reinterpret_cast<uintptr_t>(out) % stream_align) == 0) {
-        if (fast(x, out, regs, cs, sn, std::true_type{}) != 0) exact(x, out, cs, sn, std::true_type{});
+        if (fast(x, out, tables, cs, sn, std::true_type{}) != 0) exact(x, out, cs, sn, std::true_type{});
       } else {
-        if (fast(x, out, regs, cs, sn, std::false_type{}) != 0) exact(x, out, cs, sn, std::false_type{});
+        if (fast(x, out, tables, cs, sn, std::false_type{}) != 0) exact(x, out, cs, sn, std::false_type{});
       }
     }
-    r0 = r1;
   }
   if (b.stream_out) _mm_sfence();  // order the non-temporal stores before the batch ends
 }
@@ -357,13 +364,13 @@ NPU_OPS_ROW_INLINE void table_run_rows(const RotatePlan& plan, const RowBatch& b
 // The half rotation (chunk c's partners are chunk c + NC/2 mod NC, in order: rotate_half of one
 // section): every chunk of the row is loaded and converted once, into registers, and serves as
 // its own chunk and as its partner's partner.
-template <typename T, int NC, bool kStream>
-NPU_OPS_ROW_INLINE __mmask16 half_row_regs(const T* x, T* out, const ChunkTables<NC>& t) {
+template <typename T, int NC, bool kStream, typename Tables>
+NPU_OPS_ROW_INLINE __mmask16 half_row_regs(const T* x, T* out, const Tables& t) {
   __m512 xv[NC];
   for (int c = 0; c < NC; ++c) xv[c] = Io<T>::load(x + c * kLanes, 0xFFFF);
   __mmask16 fixup = 0;
   for (int c = 0; c < NC; ++c) {
-    const __m512 r = _mm512_add_ps(_mm512_mul_ps(xv[c], t.c[c]), _mm512_mul_ps(xv[(c + NC / 2) % NC], t.s[c]));
+    const __m512 r = _mm512_add_ps(_mm512_mul_ps(xv[c], t.cos(c)), _mm512_mul_ps(xv[(c + NC / 2) % NC], t.sin(c)));
     chunk_store<T, kStream, false>(out + c * kLanes, r, 0xFFFF, fixup);
   }
   return fixup;
@@ -371,13 +378,13 @@ NPU_OPS_ROW_INLINE __mmask16 half_row_regs(const T* x, T* out, const ChunkTables
 
 // The interleave rotation (every partner is j ^ 1: the other element of its pair): one in-lane
 // swap of each chunk, no index vector.
-template <typename T, int NC, bool kStream>
-NPU_OPS_ROW_INLINE __mmask16 swap_row_regs(const T* x, T* out, const ChunkTables<NC>& t) {
+template <typename T, int NC, bool kStream, typename Tables>
+NPU_OPS_ROW_INLINE __mmask16 swap_row_regs(const T* x, T* out, const Tables& t) {
   __mmask16 fixup = 0;
   for (int c = 0; c < NC; ++c) {
     const __m512 xc = Io<T>::load(x + c * kLanes, 0xFFFF);
     const __m512 xp = _mm512_permute_ps(xc, 0xB1);  // lanes (1, 0, 3, 2) of every 128-bit lane
-    chunk_store<T, kStream, false>(out + c * kLanes, _mm512_add_ps(_mm512_mul_ps(xc, t.c[c]), _mm512_mul_ps(xp, t.s[c])),
+    chunk_store<T, kStream, false>(out + c * kLanes, _mm512_add_ps(_mm512_mul_ps(xc, t.cos(c)), _mm512_mul_ps(xp, t.sin(c))),
                                    0xFFFF, fixup);
   }
   return fixup;
@@ -388,24 +395,34 @@ NPU_OPS_ROW_INLINE __mmask16 swap_row_regs(const T* x, T* out, const ChunkTables
 enum class ChunkShape { kHalf, kSwap };
 
 // perm_rows_direct for D = 16 * NC with NC in 1..8 and the half rotation (half_row_regs) or the
-// interleave swap (swap_row_regs): each run of rows that share their table rows loads them into
-// registers once.
+// interleave swap (swap_row_regs): each table row of a batch is loaded into registers once.
 template <typename T, int NC, ChunkShape kShape>
 void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   const ChunkPlan* chunks = plan.chunks.data();
   const int64_t D = plan.D;
-  table_run_rows<T, ChunkTables<NC>>(
-      plan, b, scratch, kLanes * sizeof(T),  // non-temporal stores need every chunk aligned to its own size
-      [](const T* x, T* out, const ChunkTables<NC>& t, const float*, const float*, auto stream) {
-        if constexpr (kShape == ChunkShape::kHalf) {
-          return half_row_regs<T, NC, decltype(stream)::value>(x, out, t);
-        } else {
-          return swap_row_regs<T, NC, decltype(stream)::value>(x, out, t);
-        }
-      },
-      [=](const T* x, T* out, const float* cs, const float* sn, auto stream) {
-        direct_row<T, true, decltype(stream)::value, true>(chunks, D, D, x, out, cs, sn);
-      });
+  const auto fast = [](const T* x, T* out, const auto& t, const void*, const void*, auto stream) {
+    if constexpr (kShape == ChunkShape::kHalf) {
+      return half_row_regs<T, NC, decltype(stream)::value>(x, out, t);
+    } else {
+      return swap_row_regs<T, NC, decltype(stream)::value>(x, out, t);
+    }
+  };
+  const auto exact = [=](const T* x, T* out, const void* cs, const void* sn, auto stream) {
+    direct_row<T, true, decltype(stream)::value, true>(chunks, D, D, x, out, static_cast<const float*>(cs),
+                                                       static_cast<const float*>(sn));
+  };
+  // Non-temporal stores need every chunk aligned to its own size.
+  if (b.hn >= kRegTablesMinRows) {
+    const auto regs = [](const void* cs, const void* sn) {
+      return ChunkTables<NC>(static_cast<const float*>(cs), static_cast<const float*>(sn));
+    };
+    table_run_rows<T>(plan, b, scratch, kLanes * sizeof(T), regs, fast, exact);
+  } else {
+    const auto mem = [](const void* cs, const void* sn) {
+      return MemTables<NC>(static_cast<const float*>(cs), static_cast<const float*>(sn));
+    };
+    table_run_rows<T>(plan, b, scratch, kLanes * sizeof(T), mem, fast, exact);
+  }
 }
 
 template <typename T>
@@ -419,7 +436,7 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   // In place, a chunk's partners may already be overwritten: take the buffered rows.
   if (b.in_place) return perm_rows_buffered<T>(plan, b, scratch);
   const int64_t D = plan.D, Dp = plan.Dp;
-  const int64_t ahead_rows = prefetch_rows(plan.D * static_cast<int64_t>(sizeof(T)));
+  const int64_t ahead = prefetch_table_rows(D * static_cast<int64_t>(sizeof(T)), b.hn);
   const ChunkPlan* chunks = plan.chunks.data();
   const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
   if (full && plan.chunks_half_rotation) {
@@ -444,9 +461,9 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
       default: break;
     }
   }
-  for (int64_t r = 0; r < b.n; ++r) {
-    const auto [x, out, cs, sn] = BatchRow<T, float>(b, r);
-    if (const void* ahead = b.row_ahead(r, ahead_rows)) prefetch_row(ahead, D * sizeof(T));
+  b.for_each_row([&](int64_t r, int64_t h) {
+    const auto [x, out, cs, sn] = BatchRow<T, float>(b, r, h);
+    if (const void* next = b.x_ahead(r, h, ahead)) prefetch_row(next, D * sizeof(T));
     // Non-temporal stores need every chunk full and aligned to its own size.
     const bool stream = b.stream_out && full && (reinterpret_cast<uintptr_t>(out) % (kLanes * sizeof(T))) == 0;
     if (!full) {
@@ -456,7 +473,7 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
     } else {
       direct_row_exact<T, true, false>(chunks, D, Dp, x, out, cs, sn);
     }
-  }
+  });
   if (b.stream_out) _mm_sfence();  // order the non-temporal stores before the batch ends
 }
 
@@ -464,12 +481,12 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
 template <typename T>
 void perm_rows_buffered(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   const int64_t D = plan.D, Dp = plan.Dp;
-  const int64_t ahead_rows = prefetch_rows(plan.D * static_cast<int64_t>(sizeof(T)));
+  const int64_t ahead = prefetch_table_rows(D * static_cast<int64_t>(sizeof(T)), b.hn);
   float* xf = static_cast<float*>(scratch);
   const ChunkPlan* chunks = plan.chunks.data();
-  for (int64_t r = 0; r < b.n; ++r) {
-    const auto [x, out, cs, sn] = BatchRow<T, float>(b, r);
-    if (const void* ahead = b.row_ahead(r, ahead_rows)) prefetch_row(ahead, D * sizeof(T));
+  b.for_each_row([&](int64_t r, int64_t h) {
+    const auto [x, out, cs, sn] = BatchRow<T, float>(b, r, h);
+    if (const void* next = b.x_ahead(r, h, ahead)) prefetch_row(next, D * sizeof(T));
     load_row(x, xf, D, Dp);
     for (int64_t j = 0, c = 0; j < Dp; j += kLanes, ++c) {
       const __m512 xc = _mm512_load_ps(xf + j);
@@ -478,7 +495,7 @@ void perm_rows_buffered(const RotatePlan& plan, const RowBatch& b, void* scratch
       const __m512 s = _mm512_mul_ps(xp, _mm512_loadu_ps(sn + j));
       Io<T>::store(out + j, _mm512_add_ps(a, s), lane_mask(D - j));
     }
-  }
+  });
 }
 
 // Dense y, four rows at a time so each loaded vector of y serves four accumulators, 64 columns per
@@ -496,12 +513,15 @@ void dense_rows_driver(const RotatePlan& plan, const RowBatch& b, void* scratch,
   const int64_t ld = Dp + kLanes;
   T* xcopy = reinterpret_cast<T*>(xf + kDenseRows * ld);
   static_assert(kDenseRows * (4 + 2) <= kScratchRows * 8, "scratch too small");
-  for (int64_t r0 = 0; r0 < b.n; r0 += kDenseRows) {
-    const int rows = static_cast<int>(std::min<int64_t>(kDenseRows, b.n - r0));
+  const int64_t n = b.n();
+  for (int64_t r0 = 0; r0 < n; r0 += kDenseRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kDenseRows, n - r0));
     const T* xs[kDenseRows];
+    // Row i of the batch in table-row order: (i / hn, i % hn).
+    const auto row = [&](int64_t i) { return BatchRow<T, float>(b, i / b.hn, i % b.hn); };
     for (int rr = 0; rr < kDenseRows; ++rr) {
       // Missing rows of a short batch repeat the last one (computed, never stored).
-      const T* src = static_cast<const T*>(b.x[r0 + (rr < rows ? rr : rows - 1)]);
+      const T* src = row(r0 + (rr < rows ? rr : rows - 1)).x;
       load_row(src, xf + rr * ld, D, Dp);
       std::memcpy(xcopy + rr * ld, src, D * sizeof(T));
       xs[rr] = xcopy + rr * ld;
@@ -513,9 +533,7 @@ void dense_rows_driver(const RotatePlan& plan, const RowBatch& b, void* scratch,
         for (int v = 0; v < kDenseVecs; ++v) acc[rr][v] = _mm512_setzero_ps();
       gemm(acc, xf, ld, xs, j0, nv);
       for (int rr = 0; rr < rows; ++rr) {
-        T* out = static_cast<T*>(b.out[r0 + rr]);
-        const float* cs = static_cast<const float*>(b.cos[r0 + rr]);
-        const float* sn = static_cast<const float*>(b.sin[r0 + rr]);
+        const auto [x, out, cs, sn] = row(r0 + rr);
         for (int v = 0; v < nv; ++v) {
           const int64_t j = j0 + v * kLanes;
           const __m512 xy = Io<T>::round_trip(acc[rr][v]);  // x @ y in x.dtype, as the cube writes it
@@ -728,24 +746,81 @@ NPU_OPS_ROW_INLINE void pair_group(const PairGroupPlan& gp, int64_t g, const c10
                                 _mm512_add_ps(_mm512_mul_ps(xo, co), _mm512_mul_ps(po, so)), fixup);
 }
 
+// Where the pair rows take their table values. PairTablesF32: rows converted by pair_table_row
+// (fp32, each group's even then odd elements, signs folded into sin). PairTablesBf16: the caller's
+// bf16 rows as they are, split in registers like x and the signs XORed in from plan.sign16, so that
+// a call converts nothing and a table row is half the bytes.
+struct PairTablesF32 {
+  static NPU_OPS_ROW_INLINE void group(const void* cs, const void* sn, const uint16_t*, int64_t g, __m512& ce,
+                                       __m512& co, __m512& se, __m512& so) {
+    const float* c = static_cast<const float*>(cs) + g * 2 * kLanes;
+    const float* s = static_cast<const float*>(sn) + g * 2 * kLanes;
+    ce = _mm512_loadu_ps(c);
+    co = _mm512_loadu_ps(c + kLanes);
+    se = _mm512_loadu_ps(s);
+    so = _mm512_loadu_ps(s + kLanes);
+  }
+};
+
+struct PairTablesBf16 {
+  static NPU_OPS_ROW_INLINE void group(const void* cs, const void* sn, const uint16_t* sign16, int64_t g, __m512& ce,
+                                       __m512& co, __m512& se, __m512& so) {
+    const __m512i c = _mm512_loadu_si512(static_cast<const c10::BFloat16*>(cs) + g * 2 * kLanes);
+    const __m512i s = _mm512_xor_si512(_mm512_loadu_si512(static_cast<const c10::BFloat16*>(sn) + g * 2 * kLanes),
+                                       _mm512_loadu_si512(sign16 + g * 2 * kLanes));
+    ce = even_fp32(c);
+    co = odd_fp32(c);
+    se = even_fp32(s);
+    so = odd_fp32(s);
+  }
+};
+
+// One table row of the pair rows in registers (ChunkTables' layout: group g's even then odd vector).
+template <typename Src, int NG>
+struct PairRegTables {
+  __m512 c[2 * NG], s[2 * NG];
+  PairRegTables(const void* cs, const void* sn, const uint16_t* sign16) {
+    for (int g = 0; g < NG; ++g) Src::group(cs, sn, sign16, g, c[2 * g], c[2 * g + 1], s[2 * g], s[2 * g + 1]);
+  }
+  __m512 cos(int i) const { return c[i]; }
+  __m512 sin(int i) const { return s[i]; }
+};
+
+// ... or read where used (MemTables' role).
+template <typename Src>
+struct PairMemTables {
+  const void* cs;
+  const void* sn;
+  const uint16_t* sign16;
+  __m512 cos(int i) const {
+    __m512 ce, co, se, so;
+    Src::group(cs, sn, sign16, i / 2, ce, co, se, so);
+    return i % 2 == 0 ? ce : co;
+  }
+  __m512 sin(int i) const {
+    __m512 ce, co, se, so;
+    Src::group(cs, sn, sign16, i / 2, ce, co, se, so);
+    return i % 2 == 0 ? se : so;
+  }
+};
+
 // One row, its table values read from memory; returns the subnormal- or NaN-result lanes when
 // unchecked with AVX512_BF16 (then the caller redoes the row checked), else 0.
-template <PairShape kShape, bool kStream, bool kChecked>
-NPU_OPS_ROW_INLINE uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const c10::BFloat16* x,
-                         c10::BFloat16* out, const float* cs, const float* sn) {
+template <PairShape kShape, typename Src, bool kStream, bool kChecked>
+NPU_OPS_ROW_INLINE uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroups, const uint16_t* sign16,
+                                     const c10::BFloat16* x, c10::BFloat16* out, const void* cs, const void* sn) {
   __mmask16 fixup = 0;
   for (int64_t g = 0; g < ngroups; ++g) {
-    const float* c = cs + g * 2 * kLanes;
-    const float* s = sn + g * 2 * kLanes;
-    pair_group<kShape, kStream, kChecked>(groups[g], g, x, out, _mm512_loadu_ps(c), _mm512_loadu_ps(c + kLanes),
-                                          _mm512_loadu_ps(s), _mm512_loadu_ps(s + kLanes), fixup);
+    __m512 ce, co, se, so;
+    Src::group(cs, sn, sign16, g, ce, co, se, so);
+    pair_group<kShape, kStream, kChecked>(groups[g], g, x, out, ce, co, se, so, fixup);
   }
   return fixup;
 }
 
-template <PairShape kShape, int NG, bool kStream>
+template <PairShape kShape, int NG, bool kStream, typename Tables>
 NPU_OPS_ROW_INLINE uint32_t pair_row_regs(const PairGroupPlan* groups, const c10::BFloat16* x, c10::BFloat16* out,
-                              const ChunkTables<2 * NG>& t) {
+                              const Tables& t) {
   __mmask16 fixup = 0;
   if constexpr (kShape == PairShape::kHalfRotation) {
     // Every group of the row is loaded and split once, and serves as its own group and as the
@@ -759,68 +834,80 @@ NPU_OPS_ROW_INLINE uint32_t pair_row_regs(const PairGroupPlan* groups, const c10
     for (int g = 0; g < NG; ++g) {
       const int p = (g + NG / 2) % NG;
       pair_store<kStream, false>(out + g * 2 * kLanes,
-                                 _mm512_add_ps(_mm512_mul_ps(xe[g], t.c[2 * g]), _mm512_mul_ps(xe[p], t.s[2 * g])),
-                                 _mm512_add_ps(_mm512_mul_ps(xo[g], t.c[2 * g + 1]), _mm512_mul_ps(xo[p], t.s[2 * g + 1])),
+                                 _mm512_add_ps(_mm512_mul_ps(xe[g], t.cos(2 * g)), _mm512_mul_ps(xe[p], t.sin(2 * g))),
+                                 _mm512_add_ps(_mm512_mul_ps(xo[g], t.cos(2 * g + 1)), _mm512_mul_ps(xo[p], t.sin(2 * g + 1))),
                                  fixup);
     }
     return fixup;
   }
   for (int g = 0; g < NG; ++g) {
-    pair_group<kShape, kStream, false>(groups[g], g, x, out, t.c[2 * g], t.c[2 * g + 1], t.s[2 * g],
-                                       t.s[2 * g + 1], fixup);
+    pair_group<kShape, kStream, false>(groups[g], g, x, out, t.cos(2 * g), t.cos(2 * g + 1), t.sin(2 * g),
+                                       t.sin(2 * g + 1), fixup);
   }
   return fixup;
 }
 
-// pair_rows for NG groups per row, the tables in registers (NG = 0: any number, table values read
-// per row).
-template <PairShape kShape, int NG>
+// pair_rows for NG groups per row with the tables in registers (or, for a batch of fewer rows per
+// table row than kRegTablesMinRows, read where used); NG = 0: any number of groups, the table
+// values read per group of each row.
+template <PairShape kShape, typename Src, int NG>
 void pair_rows_shaped(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   using T = c10::BFloat16;
-  using Tables = std::conditional_t<(NG > 0), ChunkTables<2 * NG>, NoTables>;
   const int64_t ngroups = plan.D / (2 * kLanes);
   const PairGroupPlan* groups = plan.pair_groups.data();
-  table_run_rows<T, Tables>(
-      plan, b, scratch, 64,
-      [=](const T* x, T* out, const Tables& t, const float* cs, const float* sn, auto stream) -> uint32_t {
-        if constexpr (NG > 0) {
-          return pair_row_regs<kShape, NG, decltype(stream)::value>(groups, x, out, t);
-        } else {
-          return pair_row<kShape, decltype(stream)::value, false>(groups, ngroups, x, out, cs, sn);
-        }
-      },
-      [=](const T* x, T* out, const float* cs, const float* sn, auto stream) {
-        pair_row<kShape, decltype(stream)::value, true>(groups, ngroups, x, out, cs, sn);
-      });
+  const uint16_t* sign16 = plan.sign16.data();
+  const auto fast = [=](const T* x, T* out, const auto& t, const void* cs, const void* sn, auto stream) -> uint32_t {
+    if constexpr (NG > 0) {
+      return pair_row_regs<kShape, NG, decltype(stream)::value>(groups, x, out, t);
+    } else {
+      return pair_row<kShape, Src, decltype(stream)::value, false>(groups, ngroups, sign16, x, out, cs, sn);
+    }
+  };
+  const auto exact = [=](const T* x, T* out, const void* cs, const void* sn, auto stream) {
+    pair_row<kShape, Src, decltype(stream)::value, true>(groups, ngroups, sign16, x, out, cs, sn);
+  };
+  if constexpr (NG > 0) {
+    if (b.hn >= kRegTablesMinRows) {
+      const auto regs = [=](const void* cs, const void* sn) { return PairRegTables<Src, NG>(cs, sn, sign16); };
+      table_run_rows<T>(plan, b, scratch, 64, regs, fast, exact);
+    } else {
+      const auto mem = [=](const void* cs, const void* sn) { return PairMemTables<Src>{cs, sn, sign16}; };
+      table_run_rows<T>(plan, b, scratch, 64, mem, fast, exact);
+    }
+  } else {
+    table_run_rows<T>(plan, b, scratch, 64, no_tables, fast, exact);
+  }
 }
 
 // Tables in registers where every group is an offset load or its own pairs swapped; mixed and
 // unswapped plans (permutes or runs from up to four groups: the 3D modes) need those registers
 // for their sources and index vectors, and read the tables per row (measured: 3D 44+44+40 bf16
 // was slower with them).
-template <PairShape kShape>
+template <PairShape kShape, typename Src>
 void pair_rows_sized(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   if constexpr (kShape == PairShape::kMixed || kShape == PairShape::kUnswapped) {
-    return pair_rows_shaped<kShape, 0>(plan, b, scratch);
+    return pair_rows_shaped<kShape, Src, 0>(plan, b, scratch);
   } else {
     switch (plan.D / (2 * kLanes)) {
-      case 1: return pair_rows_shaped<kShape, 1>(plan, b, scratch);
-      case 2: return pair_rows_shaped<kShape, 2>(plan, b, scratch);
-      case 3: return pair_rows_shaped<kShape, 3>(plan, b, scratch);
-      case 4: return pair_rows_shaped<kShape, 4>(plan, b, scratch);
-      default: return pair_rows_shaped<kShape, 0>(plan, b, scratch);
+      case 1: return pair_rows_shaped<kShape, Src, 1>(plan, b, scratch);
+      case 2: return pair_rows_shaped<kShape, Src, 2>(plan, b, scratch);
+      case 3: return pair_rows_shaped<kShape, Src, 3>(plan, b, scratch);
+      case 4: return pair_rows_shaped<kShape, Src, 4>(plan, b, scratch);
+      default: return pair_rows_shaped<kShape, Src, 0>(plan, b, scratch);
     }
   }
 }
 
-// bf16 x with a pair plan; the tables come from pair_table_row.
+// bf16 x with a pair plan, the tables from pair_table_row (Src = PairTablesF32) or the caller's
+// bf16 rows (PairTablesBf16).
+template <typename Src>
 void pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   switch (plan.pair_shape) {
-    case PairShape::kAllSwapped: return pair_rows_sized<PairShape::kAllSwapped>(plan, b, scratch);
-    case PairShape::kAllOffset: return pair_rows_sized<PairShape::kAllOffset>(plan, b, scratch);
-    case PairShape::kHalfRotation: return pair_rows_sized<PairShape::kHalfRotation>(plan, b, scratch);
-    case PairShape::kUnswapped: return pair_rows_sized<PairShape::kUnswapped>(plan, b, scratch);
-    default: return pair_rows_sized<PairShape::kMixed>(plan, b, scratch);
+    case PairShape::kAllSwapped: return pair_rows_sized<PairShape::kAllSwapped, Src>(plan, b, scratch);
+    case PairShape::kAllOffset: return pair_rows_sized<PairShape::kAllOffset, Src>(plan, b, scratch);
+    case PairShape::kHalfRotation: return pair_rows_sized<PairShape::kHalfRotation, Src>(plan, b, scratch);
+    case PairShape::kUnswapped: return pair_rows_sized<PairShape::kUnswapped, Src>(plan, b, scratch);
+    default: return pair_rows_sized<PairShape::kMixed, Src>(plan, b, scratch);
   }
 }
 
@@ -859,31 +946,35 @@ void table_row(const void* src, int64_t D, int64_t Dp, const uint32_t* sign_bits
 }
 
 template <typename T>
-RowsChoice pick(const RotatePlan& plan) {
+RowsChoice pick(const RotatePlan& plan, bool raw_tables) {
   if (!plan.is_perm) {
 #ifdef NPU_OPS_NATIVE_BF16
     if (std::is_same_v<T, c10::BFloat16> && !plan.y_bf16_pairs.empty()) return {&dense_rows_dpbf16, "dense-dpbf16"};
 #endif
     return {&dense_rows<T>, "dense"};
   }
-  if (std::is_same_v<T, c10::BFloat16> && !plan.pair_groups.empty()) return {&pair_rows, "pairs"};
+  if (std::is_same_v<T, c10::BFloat16> && !plan.pair_groups.empty()) {
+    return {raw_tables ? &pair_rows<PairTablesBf16> : &pair_rows<PairTablesF32>, "pairs"};
+  }
   for (const ChunkPlan& c : plan.chunks) {
     if (c.kind == static_cast<int32_t>(ChunkKind::kGather)) return {&perm_rows_buffered<T>, "chunks-buffered"};
   }
   return {&perm_rows_direct<T>, "chunks"};
 }
 
-inline RowsChoice rows_fn(at::ScalarType t, const RotatePlan& plan) {
+inline RowsChoice rows_fn(at::ScalarType t, const RotatePlan& plan, bool raw_tables) {
   switch (t) {
-    case at::kBFloat16: return pick<c10::BFloat16>(plan);
-    case at::kHalf: return pick<c10::Half>(plan);
-    case at::kFloat: return pick<float>(plan);
+    case at::kBFloat16: return pick<c10::BFloat16>(plan, raw_tables);
+    case at::kHalf: return pick<c10::Half>(plan, false);
+    case at::kFloat: return pick<float>(plan, false);
     default: return {nullptr, nullptr};
   }
 }
 
-// The table rows that rows_fn's kernel reads: pair_rows takes its tables even/odd.
-inline TableFn table_fn(at::ScalarType t, at::ScalarType x_dtype, const RotatePlan& plan) {
+// The table rows that rows_fn's kernel reads: pair_rows takes its tables even/odd, or (raw_tables)
+// the caller's rows as they are (no function).
+inline TableFn table_fn(at::ScalarType t, at::ScalarType x_dtype, const RotatePlan& plan, bool raw_tables) {
+  if (raw_tables) return nullptr;
   const bool pairs = x_dtype == at::kBFloat16 && plan.is_perm && !plan.pair_groups.empty();
   switch (t) {
     case at::kBFloat16: return pairs ? &pair_table_row<c10::BFloat16> : &table_row<c10::BFloat16>;

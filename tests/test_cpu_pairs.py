@@ -174,10 +174,13 @@ def test_pair_rows_in_place(mode, split):
 
 
 @pytest.mark.parametrize("heads", [1, 3, 4, 5, 9])
-def test_head_interleaved_batches(heads):
-    # Batches take four heads at a time: head counts that do not divide, BSND, GQA-style qk.
+@pytest.mark.parametrize("mode,split", [("half", [44, 44, 40]), ("half", [128]), ("interleave", [128])])
+def test_head_interleaved_batches(heads, mode, split):
+    # Batches take four heads at a time: head counts that do not divide, BSND, GQA-style qk. A
+    # batch of fewer than four heads reads its table values where used, others load each table row
+    # into registers once (half and interleave; 3D reads them per group).
     g = torch.Generator().manual_seed(heads)
-    y = mode_matrix("half", [44, 44, 40])
+    y = mode_matrix(mode, split)
     x, sin, cos = inputs((2, heads, 37), 128, g)
     assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
     xs = x.transpose(1, 2).contiguous()  # BSND, tables [S, 1, D]
@@ -307,3 +310,29 @@ def test_offset_group_whose_first_live_lane_reads_the_pair_before_it(monkeypatch
     x1 = torch.arange(1, d + 1, dtype=torch.bfloat16).reshape(1, d)
     one, zero = torch.ones(1, d, dtype=torch.bfloat16), torch.zeros(1, d, dtype=torch.bfloat16)
     assert_bit_exact(op(x1, y, one, zero), rope_matrix_reference(x1, y, one, zero))
+
+
+@needs_avx512
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("mode,split", [("half", [128]), ("interleave", [128]), ("half", [44, 44, 40]),
+                                        ("quarter", [128]), ("half", [64])])
+@pytest.mark.parametrize("heads", [2, 6])
+def test_bf16_tables_read_as_they_are(monkeypatch, isa, mode, split, heads):
+    # bf16 x with bf16 tables: the pair rows read the caller's table rows and split them in
+    # registers, with y's signs XORed into sin there; the same values as fp32 tables (converted per
+    # call) give the same bits, special values in the tables included.
+    if isa:
+        monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
+    g = torch.Generator().manual_seed(heads + len(split))
+    d = 128 if split != [64] else 64
+    y = mode_matrix(mode, split)
+    x, sin, cos = inputs((heads, 19), d, g)
+    special = torch.tensor([float("nan"), float("inf"), -float("inf"), 2**-130, -(2**-128), 0.0, -0.0, 3.0]).bfloat16()
+    sin[3, : special.numel()] = special
+    cos[5, -special.numel():] = special.flip(0)
+    assert "/pairs/" in choice(x, y, sin, cos)
+    ref = rope_matrix_reference(x, y, sin, cos)
+    for xs, sn, cs in ((x, sin, cos), (x.transpose(0, 1).contiguous(), sin[:, None], cos[:, None])):
+        r = ref if xs is x else ref.transpose(0, 1)
+        assert_bit_exact(op(xs, y, sn, cs), r)
+        assert_bit_exact(op(xs, y, sn.float(), cs.float()), r)
