@@ -57,6 +57,8 @@ std::vector<PairGroupPlan> plan_pair_groups(const std::vector<int32_t>& partner,
       src[l] = s;
       live |= 1u << l;
       if (swapped) p.swap |= 1u << l;
+      p.row_src[l] = s;
+      if (s >= 2 * kLanes) p.row_hi |= 1u << l;
     }
     const int32_t own = static_cast<int32_t>(g * kLanes);  // first pair of this group
     // Offset: every live lane l reads pair first + l. `first` may be negative (lane 1 reading

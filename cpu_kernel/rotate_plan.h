@@ -71,6 +71,10 @@ struct alignas(64) PairGroupPlan {
   int32_t nseg;                    // kSegments: number of runs
   int32_t seg_base[kMaxSegments];  // kSegments: pair lane l of run k reads the pair at element seg_base[k] + 2l
   uint32_t seg_mask[kMaxSegments]; // kSegments: the pair lanes of run k
+  // Any kind, rows of at most 4 groups held in registers: pair lane l reads pair row_src[l] of the
+  // row (0 for a lane without partners), from groups 2 and 3 where row_hi has bit l.
+  alignas(64) int32_t row_src[kLanes];
+  uint32_t row_hi;
 };
 
 // Splits n lanes into runs of consecutive sources, for the kSegments chunks and pair groups: lane l

@@ -818,6 +818,37 @@ NPU_OPS_ROW_INLINE uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroup
   return fixup;
 }
 
+// One row of NG <= 4 groups whose partners are any pairs of the row (kMixed, kUnswapped: the 3D
+// modes and other permutations of pairs): the row's groups are loaded once into registers and
+// each group's partners are one or two two-source permutes of them (PairGroupPlan::row_src), then
+// swapped within their pairs and zeroed as the group says; the table values are read per group.
+template <PairShape kShape, typename Src, int NG, bool kStream>
+NPU_OPS_ROW_INLINE uint32_t pair_row_words(const PairGroupPlan* groups, const uint16_t* sign16,
+                                           const c10::BFloat16* x, c10::BFloat16* out, const void* cs, const void* sn) {
+  static_assert(NG >= 1 && NG <= 4, "a row in registers has at most four groups");
+  __m512i w[4];
+  for (int g = 0; g < 4; ++g) w[g] = g < NG ? _mm512_loadu_si512(x + g * 2 * kLanes) : _mm512_setzero_si512();
+  __mmask16 fixup = 0;
+  for (int g = 0; g < NG; ++g) {
+    const PairGroupPlan& gp = groups[g];
+    const __m512i idx = _mm512_load_si512(gp.row_src);
+    __m512i p = _mm512_permutex2var_epi32(w[0], idx, w[1]);
+    if constexpr (NG > 2) {
+      p = _mm512_mask_mov_epi32(p, static_cast<__mmask16>(gp.row_hi), _mm512_permutex2var_epi32(w[2], idx, w[3]));
+    }
+    if constexpr (kShape == PairShape::kMixed) {
+      if (gp.swap != 0) p = _mm512_mask_rol_epi32(p, static_cast<__mmask16>(gp.swap), p, 16);
+      if (gp.nonzero != 0xFFFFFFFFu) p = _mm512_maskz_mov_epi16(gp.nonzero, p);
+    }
+    __m512 ce, co, se, so;
+    Src::group(cs, sn, sign16, g, ce, co, se, so);
+    const __m512 xe = even_fp32(w[g]), xo = odd_fp32(w[g]);
+    pair_store<kStream, false>(out + g * 2 * kLanes, _mm512_add_ps(_mm512_mul_ps(xe, ce), _mm512_mul_ps(even_fp32(p), se)),
+                               _mm512_add_ps(_mm512_mul_ps(xo, co), _mm512_mul_ps(odd_fp32(p), so)), fixup);
+  }
+  return fixup;
+}
+
 template <PairShape kShape, int NG, bool kStream, typename Tables>
 NPU_OPS_ROW_INLINE uint32_t pair_row_regs(const PairGroupPlan* groups, const c10::BFloat16* x, c10::BFloat16* out,
                               const Tables& t) {
@@ -856,8 +887,11 @@ void pair_rows_shaped(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   const int64_t ngroups = plan.D / (2 * kLanes);
   const PairGroupPlan* groups = plan.pair_groups.data();
   const uint16_t* sign16 = plan.sign16.data();
+  constexpr bool kWords = kShape == PairShape::kMixed || kShape == PairShape::kUnswapped;
   const auto fast = [=](const T* x, T* out, const auto& t, const void* cs, const void* sn, auto stream) -> uint32_t {
-    if constexpr (NG > 0) {
+    if constexpr (kWords && NG > 0) {
+      return pair_row_words<kShape, Src, NG, decltype(stream)::value>(groups, sign16, x, out, cs, sn);
+    } else if constexpr (NG > 0) {
       return pair_row_regs<kShape, NG, decltype(stream)::value>(groups, x, out, t);
     } else {
       return pair_row<kShape, Src, decltype(stream)::value, false>(groups, ngroups, sign16, x, out, cs, sn);
@@ -866,7 +900,9 @@ void pair_rows_shaped(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   const auto exact = [=](const T* x, T* out, const void* cs, const void* sn, auto stream) {
     pair_row<kShape, Src, decltype(stream)::value, true>(groups, ngroups, sign16, x, out, cs, sn);
   };
-  if constexpr (NG > 0) {
+  if constexpr (kWords && NG > 0) {
+    table_run_rows<T>(plan, b, scratch, 64, no_tables, fast, exact);  // table values read per group
+  } else if constexpr (NG > 0) {
     if (b.hn >= kRegTablesMinRows) {
       const auto regs = [=](const void* cs, const void* sn) { return PairRegTables<Src, NG>(cs, sn, sign16); };
       table_run_rows<T>(plan, b, scratch, 64, regs, fast, exact);
@@ -879,22 +915,19 @@ void pair_rows_shaped(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   }
 }
 
-// Tables in registers where every group is an offset load or its own pairs swapped; mixed and
-// unswapped plans (permutes or runs from up to four groups: the 3D modes) need those registers
-// for their sources and index vectors, and read the tables per row (measured: 3D 44+44+40 bf16
-// was slower with them).
+// Rows of up to four groups: tables in registers where every group is an offset load or its own
+// pairs swapped; mixed and unswapped plans (the 3D modes) hold the row in registers instead
+// (pair_row_words) and read the tables per group (measured at x [1, 24, 256, 128], one thread: 3D
+// 44+44+40 at 12.8 ns a row with a load per group kind, 9.8 with pair_row_words, no faster with
+// the tables in registers too). Longer rows take the group kinds, tables read per group.
 template <PairShape kShape, typename Src>
 void pair_rows_sized(const RotatePlan& plan, const RowBatch& b, void* scratch) {
-  if constexpr (kShape == PairShape::kMixed || kShape == PairShape::kUnswapped) {
-    return pair_rows_shaped<kShape, Src, 0>(plan, b, scratch);
-  } else {
-    switch (plan.D / (2 * kLanes)) {
-      case 1: return pair_rows_shaped<kShape, Src, 1>(plan, b, scratch);
-      case 2: return pair_rows_shaped<kShape, Src, 2>(plan, b, scratch);
-      case 3: return pair_rows_shaped<kShape, Src, 3>(plan, b, scratch);
-      case 4: return pair_rows_shaped<kShape, Src, 4>(plan, b, scratch);
-      default: return pair_rows_shaped<kShape, Src, 0>(plan, b, scratch);
-    }
+  switch (plan.D / (2 * kLanes)) {
+    case 1: return pair_rows_shaped<kShape, Src, 1>(plan, b, scratch);
+    case 2: return pair_rows_shaped<kShape, Src, 2>(plan, b, scratch);
+    case 3: return pair_rows_shaped<kShape, Src, 3>(plan, b, scratch);
+    case 4: return pair_rows_shaped<kShape, Src, 4>(plan, b, scratch);
+    default: return pair_rows_shaped<kShape, Src, 0>(plan, b, scratch);
   }
 }
 
