@@ -8,7 +8,7 @@
 // compute type once (small enough to stay in L2; the bf16 pair rows read bf16 tables as they are,
 // see raw_pair_tables), then runs over every broadcast position (every head and batch, of q and of
 // k) for those R table rows, as the NPU kernel reuses its UB copy of the tables across B*N. A batch
-// (RowBatch) is the block's R table rows for a few positions -- four heads in turn (BNSD), or all
+// (RowBatch) is the block's R table rows for a few positions -- two or four heads in turn (BNSD), or all
 // heads when they are adjacent rows of x (BSND) -- so each table row, loaded once into registers,
 // serves the rows of every position of the batch. Blocks (and, when there are few of them, slices of
 // the broadcast positions) are spread over threads with at::parallel_for.
@@ -40,12 +40,14 @@ namespace {
 constexpr int64_t kTableBlockBytes = 128 * 1024;
 constexpr int64_t kMaxBlockRows = 256;
 // Broadcast positions (heads) whose rows one batch interleaves, row by row, when they are far
-// apart in x (BNSD): with 4, the table rows are read from L2 a quarter as often as x rows are
-// processed. At 1,24,8192,128 bf16 on the 2-core development machine this was 1.4-1.6x faster than
-// one head at a time (2 heads: 1.25x; 8: no better than 4). Heads that are adjacent rows of x
-// (BSND) all go in one batch, up to kMaxHeadsPerBatch: x is then read straight through (1.3x faster
-// than 4 at a time at 1,8192,24,128).
+// apart in x (BNSD): each table row, loaded once, serves that many x rows. Measured on the 2-core
+// AMD development machine (2 threads, x [1, 24, S, 128], two sweep runs each of 1, 2 and 4 heads):
+// at S = 32768, bf16 and fp16 were 1.11 and 1.18-1.19x the memory limit with two heads against
+// 1.19-1.23 and 1.25-1.26 with four, and fp32 1.10-1.12 with four against 1.15-1.16 with two; from
+// 1.5 to 24 MiB the choice made no clear difference. Heads that are adjacent rows of x (BSND) all
+// go in one batch, up to kMaxHeadsPerBatch: x is then read straight through.
 constexpr int64_t kHeadsPerBatch = 4;
+constexpr int64_t kHeadsPerBatch16 = 2;
 constexpr int64_t kMaxHeadsPerBatch = 64;
 
 // Per-dim lists of a call: no heap allocation up to this rank (a decode call is a few
@@ -199,12 +201,13 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
   const uint32_t* sign_bits = plan.is_perm ? plan.sign_bits.data() : nullptr;
   // Broadcast positions per batch, per operand: where the heads of one table row are adjacent rows
   // of x and of the output (BSND), all of them (up to kMaxHeadsPerBatch), so x is read straight
-  // through; otherwise (BNSD) kHeadsPerBatch.
+  // through; otherwise (BNSD) kHeadsPerBatch16 or kHeadsPerBatch.
   Dims heads_per_batch;
   int64_t max_heads = 1;
   for (const auto& o : ops) {
     const bool adjacent = o.nb > 0 && o.b_xstride[o.nb - 1] == D && o.b_ostride[o.nb - 1] == D;
-    heads_per_batch.push_back(adjacent ? std::min(o.b_size[o.nb - 1], kMaxHeadsPerBatch) : kHeadsPerBatch);
+    const int64_t apart = o.elem == 2 ? kHeadsPerBatch16 : kHeadsPerBatch;
+    heads_per_batch.push_back(adjacent ? std::min(o.b_size[o.nb - 1], kMaxHeadsPerBatch) : apart);
     max_heads = std::max(max_heads, heads_per_batch.back());
   }
 
