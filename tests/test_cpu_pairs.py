@@ -175,18 +175,19 @@ def test_pair_rows_in_place(mode, split):
 
 @pytest.mark.parametrize("heads", [1, 3, 4, 5, 9])
 @pytest.mark.parametrize("mode,split", [("half", [44, 44, 40]), ("half", [128]), ("interleave", [128])])
-def test_head_interleaved_batches(heads, mode, split):
-    # Batches take four heads at a time: head counts that do not divide, BSND, GQA-style qk. A
-    # batch of fewer than four heads reads its table values where used, others load each table row
-    # into registers once (half and interleave; 3D reads them per group).
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_head_interleaved_batches(heads, mode, split, dtype):
+    # BNSD batches take two (16-bit x) or four heads at a time: head counts that do not divide,
+    # BSND, GQA-style qk. A batch of one head reads its table values where used, others load each
+    # table row into registers once (half and interleave; bf16 3D reads them per group).
     g = torch.Generator().manual_seed(heads)
-    y = mode_matrix(mode, split)
-    x, sin, cos = inputs((2, heads, 37), 128, g)
+    y = mode_matrix(mode, split, dtype=dtype)
+    x, sin, cos = (t.to(dtype) for t in inputs((2, heads, 37), 128, g))
     assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
     xs = x.transpose(1, 2).contiguous()  # BSND, tables [S, 1, D]
     assert_bit_exact(op(xs, y, sin[:, None], cos[:, None]),
                      rope_matrix_reference(xs, y, sin[:, None], cos[:, None]))
-    k = torch.randn(2, 2, 37, 128, generator=g).bfloat16()
+    k = torch.randn(2, 2, 37, 128, generator=g).to(dtype)
     qo, ko = ops.rope_matrix_qk(x, k, y, sin, cos)
     assert_bit_exact(qo, rope_matrix_reference(x, y, sin, cos))
     assert_bit_exact(ko, rope_matrix_reference(k, y, sin, cos))
@@ -196,7 +197,7 @@ def test_head_interleaved_batches(heads, mode, split):
     assert_bit_exact(qo, rope_matrix_reference(xs, y, sin[:, None], cos[:, None]))
     assert_bit_exact(ko, rope_matrix_reference(ks, y, sin[:, None], cos[:, None]))
     # A BSND view whose heads are not adjacent rows (every other head of a larger tensor).
-    xv = torch.randn(2, 37, 2 * heads, 128, generator=g).bfloat16()[:, :, ::2]
+    xv = torch.randn(2, 37, 2 * heads, 128, generator=g).to(dtype)[:, :, ::2]
     assert_bit_exact(op(xv, y, sin[:, None], cos[:, None]),
                      rope_matrix_reference(xv, y, sin[:, None], cos[:, None]))
 
