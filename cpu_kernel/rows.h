@@ -30,13 +30,6 @@ struct RowBatch {
   int64_t next_nr = 0, next_hn = 0;
 
   int64_t n() const { return nr * hn; }
-  // f(r, h) for every row, table row by table row.
-  template <typename F>
-  void for_each_row(F&& f) const {
-    for (int64_t r = 0; r < nr; ++r) {
-      for (int64_t h = 0; h < hn; ++h) f(r, h);
-    }
-  }
   const void* x(int64_t r, int64_t h) const { return x_head[h] + x_off[r]; }
   void* out(int64_t r, int64_t h) const { return out_head[h] + out_off[r]; }
   // Position h's x row `ahead` table rows after r, continuing into the next batch; nullptr past both.

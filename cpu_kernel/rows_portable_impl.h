@@ -19,7 +19,8 @@ void perm_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   const int64_t D = plan.D;
   C* xf = static_cast<C*>(scratch);  // D + 1 entries; xf[D] = 0 stands for an all-zero column
   const int32_t* partner = plan.partner.data();
-  b.for_each_row([&](int64_t r, int64_t h) {
+  for (int64_t i = 0; i < b.n(); ++i) {
+    const int64_t r = i / b.hn, h = i % b.hn;
     const auto [x, out, cs, sn] = BatchRow<T, C>(b, r, h);
     for (int64_t j = 0; j < D; ++j) xf[j] = static_cast<C>(x[j]);
     xf[D] = C(0);
@@ -50,7 +51,7 @@ void perm_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
         out[j] = static_cast<T>(a + s);
       }
     }
-  });
+  }
 }
 
 // a * b + c with one rounding (an FMA instruction where the ISA has one; a libm call on the
@@ -71,7 +72,8 @@ void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
     y = plan.y32.data();
   }
   const bool pairwise = dense_pairwise(plan, std::is_same_v<T, c10::BFloat16>);
-  b.for_each_row([&](int64_t r, int64_t h) {
+  for (int64_t i = 0; i < b.n(); ++i) {
+    const int64_t r = i / b.hn, h = i % b.hn;
     const auto [x, out, cs, sn] = BatchRow<T, C>(b, r, h);
     for (int64_t j = 0; j < D; ++j) {
       xf[j] = static_cast<C>(x[j]);
@@ -89,7 +91,7 @@ void dense_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
       const C s = xy * sn[j];
       out[j] = static_cast<T>(a + s);
     }
-  });
+  }
 }
 
 template <typename Tt, typename C>
