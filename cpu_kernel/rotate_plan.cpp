@@ -35,6 +35,12 @@ ChunkPlan plan_chunk(const std::vector<int32_t>& partner, int64_t D, int64_t c) 
   for (int64_t l = 0; l < n; ++l) {
     if (partner[j0 + l] >= 0) p.nonzero_mask |= 1u << l;
   }
+  for (int64_t l = 0; l < n; ++l) {
+    const int32_t s = partner[j0 + l];
+    if (s < 0 || s >= 2 * kLanes * 4) continue;  // no partner, or beyond a row of kRowChunks chunks
+    p.row_idx[l] = s;
+    p.row_part[s / (2 * kLanes)] |= 1u << l;
+  }
   // Offset: every live lane l reads partner[j0] + l.
   bool offset = p.nonzero_mask == ((n == kLanes) ? 0xFFFFu : ((1u << n) - 1));
   for (int64_t l = 0; offset && l < n; ++l) {

@@ -43,7 +43,14 @@ struct alignas(64) ChunkPlan {
   int32_t nseg;                       // kSegments: number of runs
   int32_t seg_base[kMaxSegments];     // kSegments: lane l of run k reads x[seg_base[k] + l]
   uint32_t seg_mask[kMaxSegments];    // kSegments: the lanes of run k
+  // Any kind, rows of at most kRowChunks chunks held in registers: lane l reads element
+  // row_idx[l] (0 for a lane without a partner), which lies in vectors 2k and 2k + 1 for the lanes
+  // of row_part[k] (one two-source permute per nonzero part).
+  alignas(64) int32_t row_idx[kLanes];
+  uint32_t row_part[4];
 };
+
+constexpr int64_t kRowChunks = 8;  // chunks of a row the chunk rows may hold in registers
 
 // The same permutation for bf16 rows taken as 32-bit *pairs* of elements (2i, 2i+1), which the
 // AVX-512 pair rows split into even and odd fp32 vectors with one shift and one AND (no widening).

@@ -426,6 +426,67 @@ void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b, void* scra
   }
 }
 
+// A row of NC <= kRowChunks full chunks held in registers, each chunk's partners formed by up to
+// four two-source permutes of them (ChunkPlan::row_idx, row_part): any signed permutation of such a
+// row, with one conversion per element and no partner loads (the 3D modes of fp16 and fp32 x).
+// The table values are read where used.
+template <typename T, int NC, bool kStream>
+NPU_OPS_ROW_INLINE __mmask16 chunk_row_words(const ChunkPlan* chunks, const T* x, T* out, const float* cs,
+                                             const float* sn) {
+  static_assert(NC >= 1 && NC <= kRowChunks, "a row in registers has at most kRowChunks chunks");
+  constexpr int kPairs = (NC + 1) / 2;
+  __m512 v[2 * kPairs];
+  for (int c = 0; c < 2 * kPairs; ++c) v[c] = c < NC ? Io<T>::load(x + c * kLanes, 0xFFFF) : _mm512_setzero_ps();
+  __mmask16 fixup = 0;
+  for (int c = 0; c < NC; ++c) {
+    const ChunkPlan& cp = chunks[c];
+    const __m512i idx = _mm512_load_si512(cp.row_idx);
+    __m512 p = _mm512_setzero_ps();
+    for (int k = 0; k < kPairs; ++k) {
+      if (cp.row_part[k] != 0) {
+        p = _mm512_mask_mov_ps(p, static_cast<__mmask16>(cp.row_part[k]),
+                               _mm512_permutex2var_ps(v[2 * k], idx, v[2 * k + 1]));
+      }
+    }
+    const __m512 r = _mm512_add_ps(_mm512_mul_ps(v[c], _mm512_loadu_ps(cs + c * kLanes)),
+                                   _mm512_mul_ps(p, _mm512_loadu_ps(sn + c * kLanes)));
+    chunk_store<T, kStream, false>(out + c * kLanes, r, 0xFFFF, fixup);
+  }
+  return fixup;
+}
+
+// perm_rows_direct (or, for plans with gather chunks, perm_rows_buffered) for D = 16 * NC, any
+// signed permutation, the row in registers (chunk_row_words).
+template <typename T, int NC>
+void perm_rows_words(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+  const ChunkPlan* chunks = plan.chunks.data();
+  const int64_t D = plan.D;
+  const auto fast = [=](const T* x, T* out, NoTables, const void* cs, const void* sn, auto stream) {
+    return chunk_row_words<T, NC, decltype(stream)::value>(chunks, x, out, static_cast<const float*>(cs),
+                                                           static_cast<const float*>(sn));
+  };
+  const auto exact = [=](const T* x, T* out, const void* cs, const void* sn, auto stream) {
+    // The rounding path that is exact for every value, partners from the row as the fast path takes them.
+    alignas(64) float xf[kRowChunks * kLanes + kLanes];
+    load_row(x, xf, D, D);
+    const float* c = static_cast<const float*>(cs);
+    const float* s = static_cast<const float*>(sn);
+    for (int64_t j = 0, k = 0; j < D; j += kLanes, ++k) {
+      const __m512 p = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), static_cast<__mmask16>(chunks[k].nonzero_mask),
+                                                _mm512_load_si512(chunks[k].row_idx), xf, 4);
+      const __m512 r = _mm512_add_ps(_mm512_mul_ps(_mm512_load_ps(xf + j), _mm512_loadu_ps(c + j)),
+                                     _mm512_mul_ps(p, _mm512_loadu_ps(s + j)));
+      if constexpr (decltype(stream)::value) {
+        Io<T>::stream(out + j, r);
+      } else {
+        Io<T>::store(out + j, r, 0xFFFF);
+      }
+    }
+  };
+  // In place, the row is read whole into registers before any of it is written.
+  table_run_rows<T>(plan, b, scratch, kLanes * sizeof(T), no_tables, fast, exact);
+}
+
 template <typename T>
 void perm_rows_buffered(const RotatePlan& plan, const RowBatch& b, void* scratch);
 
@@ -434,12 +495,25 @@ void perm_rows_buffered(const RotatePlan& plan, const RowBatch& b, void* scratch
 // the row needs no fp32 buffer.
 template <typename T>
 void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+  const int64_t D = plan.D, Dp = plan.Dp;
+  const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
+  if (full && !plan.chunks_half_rotation && !plan.pair_swap) {
+    switch (D / kLanes) {
+      case 1: return perm_rows_words<T, 1>(plan, b, scratch);
+      case 2: return perm_rows_words<T, 2>(plan, b, scratch);
+      case 3: return perm_rows_words<T, 3>(plan, b, scratch);
+      case 4: return perm_rows_words<T, 4>(plan, b, scratch);
+      case 5: return perm_rows_words<T, 5>(plan, b, scratch);
+      case 6: return perm_rows_words<T, 6>(plan, b, scratch);
+      case 7: return perm_rows_words<T, 7>(plan, b, scratch);
+      case 8: return perm_rows_words<T, 8>(plan, b, scratch);
+      default: break;
+    }
+  }
   // In place, a chunk's partners may already be overwritten: take the buffered rows.
   if (b.in_place) return perm_rows_buffered<T>(plan, b, scratch);
-  const int64_t D = plan.D, Dp = plan.Dp;
   const int64_t ahead = prefetch_table_rows(D * static_cast<int64_t>(sizeof(T)), b.hn);
   const ChunkPlan* chunks = plan.chunks.data();
-  const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
   if (full && plan.chunks_half_rotation) {
     switch (D / kLanes) {
       case 2: return perm_rows_direct_regs<T, 2, ChunkShape::kHalf>(plan, b, scratch);
@@ -997,8 +1071,11 @@ RowsChoice pick(const RotatePlan& plan, bool raw_tables) {
   if (std::is_same_v<T, c10::BFloat16> && !plan.pair_groups.empty()) {
     return {raw_tables ? &pair_rows<PairTablesBf16> : &pair_rows<PairTablesF32>, "pairs"};
   }
+  const bool in_registers = plan.D == plan.Dp && plan.D <= kRowChunks * kLanes;  // perm_rows_words
   for (const ChunkPlan& c : plan.chunks) {
-    if (c.kind == static_cast<int32_t>(ChunkKind::kGather)) return {&perm_rows_buffered<T>, "chunks-buffered"};
+    if (c.kind == static_cast<int32_t>(ChunkKind::kGather) && !in_registers) {
+      return {&perm_rows_buffered<T>, "chunks-buffered"};
+    }
   }
   return {&perm_rows_direct<T>, "chunks"};
 }

@@ -1,5 +1,6 @@
 """The CPU kernel's specialised AVX-512 rows (cpu_kernel/rows_avx512_impl.h): the half rotation
-(each chunk loaded once, serving as its partner's partner), a run's table rows held in registers,
+(each chunk loaded once, serving as its partner's partner), a table row held in registers, any
+permutation of a row of up to 8 chunks held in registers (3D modes, random permutations),
 for every dtype, D and mode that takes them, on cached and on streamed (>= 16 MiB, non-temporal)
 outputs, with results that need the exact rounding path (subnormal, NaN, overflow), on both AVX-512
 families. Bit for bit against the reference."""
@@ -106,3 +107,39 @@ def test_table_rows_shared_by_many_heads_and_broadcast_batches(dtype):
     sin3 = torch.randn(3, 1, 1, 128, generator=g).to(dtype)
     cos3 = torch.randn(3, 1, 1, 128, generator=g).to(dtype)
     assert_bit_exact(op(x, y, sin3, cos3), rope_matrix_reference(x, y, sin3, cos3))
+
+
+def random_signed_permutation(d, g, zero_cols=0):
+    """Any signed (partial) permutation of d elements: most chunks need a gather or several runs."""
+    src = torch.randperm(d, generator=g)
+    sign = torch.randint(0, 2, (d,), generator=g) * 2 - 1
+    y = torch.zeros(d, d)
+    y[src, torch.arange(d)] = sign.float()
+    for j in torch.randperm(d, generator=g)[:zero_cols]:
+        y[:, j] = 0
+    return y
+
+
+@pytest.mark.parametrize("isa", ISAS or [None])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [16, 48, 128, 144])
+def test_any_permutation_with_the_row_in_registers(monkeypatch, isa, dtype, d):
+    """Rows of at most 8 full chunks take any signed permutation from the row held in registers
+    (up to four two-source permutes a chunk); longer rows keep the gather. Edge values, in place,
+    zero columns; on streamed outputs too."""
+    if isa:
+        monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
+    g = torch.Generator().manual_seed(d)
+    y = random_signed_permutation(d, g, zero_cols=3).to(dtype)
+    x, sin, cos = with_edge_values(*operands((2, 5, 23), d, dtype, g), g)
+    kind = torch.ops.npu_ops_transformer_ext._cpu_kernel_choice(x, y, sin, cos)
+    assert kind.endswith("/chunks" if d <= 128 else "/chunks-buffered") or "/pairs" in kind, kind
+    ref = rope_matrix_reference(x, y, sin, cos)
+    assert_bit_exact(op(x, y, sin, cos), ref)
+    xi = x.clone()
+    torch.ops.npu_ops_transformer_ext.rope_matrix_(xi, y, sin, cos)
+    assert_bit_exact(xi, ref)
+    if d == 128:
+        s = -(-(16 << 20) // (5 * d * x.element_size()))
+        x, sin, cos = with_edge_values(*operands((1, 5, s), d, dtype, g), g)
+        assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
