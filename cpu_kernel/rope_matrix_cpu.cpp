@@ -5,8 +5,8 @@
 //   broadcast dims: where both tables are broadcast, e.g. B and N.
 // Work is cut into blocks of R consecutive table rows (R up to 128 at D = 128, fewer when that
 // gives every thread 8 blocks). A block converts its cos/sin rows to the
-// compute type once (small enough to stay in L2; the bf16 pair rows read bf16 tables as they are,
-// see raw_pair_tables), then runs over every broadcast position (every head and batch, of q and of
+// compute type once (small enough to stay in L2; tables of x's own dtype are read as they are by
+// the rows that convert them in registers, see raw_tables), then runs over every broadcast position (every head and batch, of q and of
 // k) for those R table rows, as the NPU kernel reuses its UB copy of the tables across B*N. A batch
 // (RowBatch) is the block's R table rows for a few positions -- two or four heads in turn (BNSD), or all
 // heads when they are adjacent rows of x (BSND) -- so each table row, loaded once into registers,
@@ -264,7 +264,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
         }
         const char* csrc = tab.cos_base + co * elem_size(tab.cos_dtype);
         const char* ssrc = tab.sin_base + so * elem_size(tab.sin_dtype);
-        if (k.cos_table == nullptr) {  // the row kernel reads the caller's rows (raw_pair_tables)
+        if (k.cos_table == nullptr) {  // the row kernel reads the caller's rows (raw_tables)
           cosrow[r] = csrc;
           sinrow[r] = ssrc;
         } else {

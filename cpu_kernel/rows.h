@@ -62,15 +62,23 @@ using RowsFn = void (*)(const RotatePlan& plan, const RowBatch& batch, void* scr
 
 // Converts one table row (D elements of the table's dtype) to the compute type, padded with zeros
 // to Dp; where sign_bits is given, XORs it in (the exact negation that folds y's signs into sin).
-// A null TableFn: the row kernel reads the caller's table rows as they are (raw_pair_tables).
+// A null TableFn: the row kernel reads the caller's table rows as they are (raw_tables).
 using TableFn = void (*)(const void* src, int64_t D, int64_t Dp, const uint32_t* sign_bits,
                          void* dst);
 
-// Whether the AVX-512 pair rows read the caller's bf16 table rows directly (bf16 x and tables, a
-// pair plan): no per-call conversion, and half the table bytes of fp32 rows.
-inline bool raw_pair_tables(at::ScalarType x, at::ScalarType sin_t, at::ScalarType cos_t, const RotatePlan& plan) {
-  return x == at::kBFloat16 && sin_t == at::kBFloat16 && cos_t == at::kBFloat16 && plan.is_perm &&
-         !plan.pair_groups.empty();
+// Whether the AVX-512 rows read the caller's table rows as they are, converting them in registers
+// (no per-call conversion; bf16 and fp16 rows are half the bytes of fp32 ones): sin and cos of x's
+// own dtype and rows that hold a table row in registers -- bf16 x with a pair plan, or the chunk
+// rows of the half rotation (an even number of chunks) and the interleave swap for D a multiple of
+// 16 up to kRowChunks chunks. (The other chunk rows read their table values per row, where
+// converting them each time cost more than it saved: fp32 3D [1, 24, 256, 128] one thread 88-93
+// -> 114-120 us, fp16 77-82 -> 91-104.)
+inline bool raw_tables(at::ScalarType x, at::ScalarType sin_t, at::ScalarType cos_t, const RotatePlan& plan) {
+  if (sin_t != x || cos_t != x || !plan.is_perm || x == at::kDouble) return false;
+  if (x == at::kBFloat16 && !plan.pair_groups.empty()) return true;
+  const int64_t nc = plan.D / kLanes;
+  const bool chunks = plan.D == plan.Dp && nc <= kRowChunks;
+  return chunks && ((plan.chunks_half_rotation && nc % 2 == 0) || plan.pair_swap);
 }
 
 // A row kernel and what it is: "pairs", "chunks", "chunks-buffered", "dense", "dense-dpbf16"
@@ -103,7 +111,7 @@ TableFn avx2_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype);
 #endif
 #ifdef NPU_OPS_HAVE_AVX512
 // AVX-512 kernels (rows_avx512*.cpp); nullptr where they have none (float64).
-// raw_tables: raw_pair_tables (then the table functions are null).
+// raw_tables: raw_tables() (then the table functions are null).
 RowsChoice avx512_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan, bool raw_tables);
 TableFn avx512_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype, const RotatePlan& plan, bool raw_tables);
 RowsChoice avx512_bf16_rows_fn(at::ScalarType x_dtype, const RotatePlan& plan, bool raw_tables);

@@ -291,6 +291,43 @@ inline void direct_row_exact(const ChunkPlan* chunks, int64_t D, int64_t Dp, con
 // NC <= 8, 2 * NC of the 32 vector registers; pair rows: NC = 2 * NG, each group's even then odd
 // vector), so that the rows of every position for that table row load only x: a table row is read
 // once per batch, not once per row.
+// Where the chunk rows take their table values (16 of them from element j): fp32 rows converted
+// per call by table_row, signs folded into sin (ChunkTablesF32), or the caller's rows of x's own
+// dtype T, converted in registers with y's signs XORed into sin there (ChunkTablesRaw: the call
+// converts nothing; see raw_tables).
+struct ChunkTablesF32 {
+  static __m512 cos(const void* cs, int64_t j) { return _mm512_loadu_ps(static_cast<const float*>(cs) + j); }
+  static __m512 sin(const void* sn, const uint32_t*, int64_t j) {
+    return _mm512_loadu_ps(static_cast<const float*>(sn) + j);
+  }
+};
+
+template <typename T>
+struct ChunkTablesRaw {
+  static __m512 cos(const void* cs, int64_t j) { return Io<T>::load(static_cast<const T*>(cs) + j, 0xFFFF); }
+  static __m512 sin(const void* sn, const uint32_t* sign_bits, int64_t j) {
+    const __m512 v = Io<T>::load(static_cast<const T*>(sn) + j, 0xFFFF);
+    return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), _mm512_loadu_si512(sign_bits + j)));
+  }
+};
+
+// The table rows (cs, sn) of a row as fp32 with the signs folded in, for the exact paths that read
+// them so: as they are (ChunkTablesF32), or converted into `buf` (2 * D floats).
+template <typename Src>
+inline std::pair<const float*, const float*> fp32_table_rows(const void* cs, const void* sn, const uint32_t* sign_bits,
+                                                             int64_t D, float* buf) {
+  if constexpr (std::is_same_v<Src, ChunkTablesF32>) {
+    (void)sign_bits, (void)D, (void)buf;
+    return {static_cast<const float*>(cs), static_cast<const float*>(sn)};
+  } else {
+    for (int64_t j = 0; j < D; j += kLanes) {
+      _mm512_storeu_ps(buf + j, Src::cos(cs, j));
+      _mm512_storeu_ps(buf + D + j, Src::sin(sn, sign_bits, j));
+    }
+    return {buf, buf + D};
+  }
+}
+
 template <int NC>
 struct ChunkTables {
   __m512 c[NC], s[NC];
@@ -300,6 +337,13 @@ struct ChunkTables {
       s[i] = _mm512_loadu_ps(sn + i * kLanes);
     }
   }
+  template <typename Src>
+  ChunkTables(Src, const void* cs, const void* sn, const uint32_t* sign_bits) {
+    for (int i = 0; i < NC; ++i) {
+      c[i] = Src::cos(cs, i * kLanes);
+      s[i] = Src::sin(sn, sign_bits, i * kLanes);
+    }
+  }
   __m512 cos(int i) const { return c[i]; }
   __m512 sin(int i) const { return s[i]; }
 };
@@ -307,13 +351,13 @@ struct ChunkTables {
 // The same table values read where they are used (the compiler folds the loads into the
 // multiplies): for batches with few rows per table row, where loading a table row into registers
 // costs more than it saves.
-template <int NC>
+template <typename Src>
 struct MemTables {
-  const float* cs;
-  const float* sn;
-  MemTables(const float* c, const float* s) : cs(c), sn(s) {}
-  __m512 cos(int i) const { return _mm512_loadu_ps(cs + i * kLanes); }
-  __m512 sin(int i) const { return _mm512_loadu_ps(sn + i * kLanes); }
+  const void* cs;
+  const void* sn;
+  const uint32_t* sign_bits;
+  __m512 cos(int i) const { return Src::cos(cs, i * kLanes); }
+  __m512 sin(int i) const { return Src::sin(sn, sign_bits, i * kLanes); }
 };
 
 // Batches with fewer rows per table row than this read their table values where used (MemTables,
@@ -397,10 +441,11 @@ enum class ChunkShape { kHalf, kSwap };
 
 // perm_rows_direct for D = 16 * NC with NC in 1..8 and the half rotation (half_row_regs) or the
 // interleave swap (swap_row_regs): each table row of a batch is loaded into registers once.
-template <typename T, int NC, ChunkShape kShape>
+template <typename T, typename Src, int NC, ChunkShape kShape>
 void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   const ChunkPlan* chunks = plan.chunks.data();
   const int64_t D = plan.D;
+  const uint32_t* sign_bits = plan.sign_bits.data();
   const auto fast = [](const T* x, T* out, const auto& t, const void*, const void*, auto stream) {
     if constexpr (kShape == ChunkShape::kHalf) {
       return half_row_regs<T, NC, decltype(stream)::value>(x, out, t);
@@ -409,19 +454,16 @@ void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b, void* scra
     }
   };
   const auto exact = [=](const T* x, T* out, const void* cs, const void* sn, auto stream) {
-    direct_row<T, true, decltype(stream)::value, true>(chunks, D, D, x, out, static_cast<const float*>(cs),
-                                                       static_cast<const float*>(sn));
+    alignas(64) float buf[2 * kRowChunks * kLanes];
+    const auto [c, s] = fp32_table_rows<Src>(cs, sn, sign_bits, D, buf);
+    direct_row<T, true, decltype(stream)::value, true>(chunks, D, D, x, out, c, s);
   };
   // Non-temporal stores need every chunk aligned to its own size.
   if (b.hn >= kRegTablesMinRows) {
-    const auto regs = [](const void* cs, const void* sn) {
-      return ChunkTables<NC>(static_cast<const float*>(cs), static_cast<const float*>(sn));
-    };
+    const auto regs = [=](const void* cs, const void* sn) { return ChunkTables<NC>(Src{}, cs, sn, sign_bits); };
     table_run_rows<T>(plan, b, scratch, kLanes * sizeof(T), regs, fast, exact);
   } else {
-    const auto mem = [](const void* cs, const void* sn) {
-      return MemTables<NC>(static_cast<const float*>(cs), static_cast<const float*>(sn));
-    };
+    const auto mem = [=](const void* cs, const void* sn) { return MemTables<Src>{cs, sn, sign_bits}; };
     table_run_rows<T>(plan, b, scratch, kLanes * sizeof(T), mem, fast, exact);
   }
 }
@@ -430,9 +472,9 @@ void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b, void* scra
 // four two-source permutes of them (ChunkPlan::row_idx, row_part): any signed permutation of such a
 // row, with one conversion per element and no partner loads (the 3D modes of fp16 and fp32 x).
 // The table values are read where used.
-template <typename T, int NC, bool kStream>
-NPU_OPS_ROW_INLINE __mmask16 chunk_row_words(const ChunkPlan* chunks, const T* x, T* out, const float* cs,
-                                             const float* sn) {
+template <typename T, typename Src, int NC, bool kStream>
+NPU_OPS_ROW_INLINE __mmask16 chunk_row_words(const ChunkPlan* chunks, const uint32_t* sign_bits, const T* x, T* out,
+                                             const void* cs, const void* sn) {
   static_assert(NC >= 1 && NC <= kRowChunks, "a row in registers has at most kRowChunks chunks");
   constexpr int kPairs = (NC + 1) / 2;
   __m512 v[2 * kPairs];
@@ -448,8 +490,8 @@ NPU_OPS_ROW_INLINE __mmask16 chunk_row_words(const ChunkPlan* chunks, const T* x
                                _mm512_permutex2var_ps(v[2 * k], idx, v[2 * k + 1]));
       }
     }
-    const __m512 r = _mm512_add_ps(_mm512_mul_ps(v[c], _mm512_loadu_ps(cs + c * kLanes)),
-                                   _mm512_mul_ps(p, _mm512_loadu_ps(sn + c * kLanes)));
+    const __m512 r = _mm512_add_ps(_mm512_mul_ps(v[c], Src::cos(cs, c * kLanes)),
+                                   _mm512_mul_ps(p, Src::sin(sn, sign_bits, c * kLanes)));
     chunk_store<T, kStream, false>(out + c * kLanes, r, 0xFFFF, fixup);
   }
   return fixup;
@@ -457,20 +499,20 @@ NPU_OPS_ROW_INLINE __mmask16 chunk_row_words(const ChunkPlan* chunks, const T* x
 
 // perm_rows_direct (or, for plans with gather chunks, perm_rows_buffered) for D = 16 * NC, any
 // signed permutation, the row in registers (chunk_row_words).
-template <typename T, int NC>
+template <typename T, typename Src, int NC>
 void perm_rows_words(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   const ChunkPlan* chunks = plan.chunks.data();
   const int64_t D = plan.D;
+  const uint32_t* sign_bits = plan.sign_bits.data();
   const auto fast = [=](const T* x, T* out, NoTables, const void* cs, const void* sn, auto stream) {
-    return chunk_row_words<T, NC, decltype(stream)::value>(chunks, x, out, static_cast<const float*>(cs),
-                                                           static_cast<const float*>(sn));
+    return chunk_row_words<T, Src, NC, decltype(stream)::value>(chunks, sign_bits, x, out, cs, sn);
   };
   const auto exact = [=](const T* x, T* out, const void* cs, const void* sn, auto stream) {
     // The rounding path that is exact for every value, partners from the row as the fast path takes them.
     alignas(64) float xf[kRowChunks * kLanes + kLanes];
+    alignas(64) float buf[2 * kRowChunks * kLanes];
     load_row(x, xf, D, D);
-    const float* c = static_cast<const float*>(cs);
-    const float* s = static_cast<const float*>(sn);
+    const auto [c, s] = fp32_table_rows<Src>(cs, sn, sign_bits, D, buf);
     for (int64_t j = 0, k = 0; j < D; j += kLanes, ++k) {
       const __m512 p = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), static_cast<__mmask16>(chunks[k].nonzero_mask),
                                                 _mm512_load_si512(chunks[k].row_idx), xf, 4);
@@ -493,20 +535,49 @@ void perm_rows_buffered(const RotatePlan& plan, const RowBatch& b, void* scratch
 // Signed permutation, no gather chunk: partners are read straight from the source row (an offset
 // load, up to three masked loads of runs, or one or two aligned source vectors and a permute), so
 // the row needs no fp32 buffer.
-template <typename T>
+// Src = ChunkTablesRaw<T> only for plans the three row forms above take (raw_tables).
+template <typename T, typename Src>
 void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   const int64_t D = plan.D, Dp = plan.Dp;
   const bool full = D == Dp;  // every chunk full: no masks, no reads past the row
-  if (full && !plan.chunks_half_rotation && !plan.pair_swap) {
+  // Rows of up to kRowChunks full chunks: the half rotation and the interleave swap with a table row
+  // in registers, any other plan with the row in registers (in place too: these rows read a row
+  // whole before writing it). Raw table rows (Src = ChunkTablesRaw) come only with the first two.
+  if (full && plan.chunks_half_rotation) {
     switch (D / kLanes) {
-      case 1: return perm_rows_words<T, 1>(plan, b, scratch);
-      case 2: return perm_rows_words<T, 2>(plan, b, scratch);
-      case 3: return perm_rows_words<T, 3>(plan, b, scratch);
-      case 4: return perm_rows_words<T, 4>(plan, b, scratch);
-      case 5: return perm_rows_words<T, 5>(plan, b, scratch);
-      case 6: return perm_rows_words<T, 6>(plan, b, scratch);
-      case 7: return perm_rows_words<T, 7>(plan, b, scratch);
-      case 8: return perm_rows_words<T, 8>(plan, b, scratch);
+      case 2: return perm_rows_direct_regs<T, Src, 2, ChunkShape::kHalf>(plan, b, scratch);
+      case 4: return perm_rows_direct_regs<T, Src, 4, ChunkShape::kHalf>(plan, b, scratch);
+      case 6: return perm_rows_direct_regs<T, Src, 6, ChunkShape::kHalf>(plan, b, scratch);
+      case 8: return perm_rows_direct_regs<T, Src, 8, ChunkShape::kHalf>(plan, b, scratch);
+      default: break;
+    }
+  }
+  if (full && plan.pair_swap) {
+    switch (D / kLanes) {
+      case 1: return perm_rows_direct_regs<T, Src, 1, ChunkShape::kSwap>(plan, b, scratch);
+      case 2: return perm_rows_direct_regs<T, Src, 2, ChunkShape::kSwap>(plan, b, scratch);
+      case 3: return perm_rows_direct_regs<T, Src, 3, ChunkShape::kSwap>(plan, b, scratch);
+      case 4: return perm_rows_direct_regs<T, Src, 4, ChunkShape::kSwap>(plan, b, scratch);
+      case 5: return perm_rows_direct_regs<T, Src, 5, ChunkShape::kSwap>(plan, b, scratch);
+      case 6: return perm_rows_direct_regs<T, Src, 6, ChunkShape::kSwap>(plan, b, scratch);
+      case 7: return perm_rows_direct_regs<T, Src, 7, ChunkShape::kSwap>(plan, b, scratch);
+      case 8: return perm_rows_direct_regs<T, Src, 8, ChunkShape::kSwap>(plan, b, scratch);
+      default: break;
+    }
+  }
+  if constexpr (!std::is_same_v<Src, ChunkTablesF32>) {
+    TORCH_INTERNAL_ASSERT(false, "rope_matrix CPU kernel: raw table rows for a plan without a table row in registers");
+  }
+  if (full) {
+    switch (D / kLanes) {
+      case 1: return perm_rows_words<T, Src, 1>(plan, b, scratch);
+      case 2: return perm_rows_words<T, Src, 2>(plan, b, scratch);
+      case 3: return perm_rows_words<T, Src, 3>(plan, b, scratch);
+      case 4: return perm_rows_words<T, Src, 4>(plan, b, scratch);
+      case 5: return perm_rows_words<T, Src, 5>(plan, b, scratch);
+      case 6: return perm_rows_words<T, Src, 6>(plan, b, scratch);
+      case 7: return perm_rows_words<T, Src, 7>(plan, b, scratch);
+      case 8: return perm_rows_words<T, Src, 8>(plan, b, scratch);
       default: break;
     }
   }
@@ -514,28 +585,6 @@ void perm_rows_direct(const RotatePlan& plan, const RowBatch& b, void* scratch) 
   if (b.in_place) return perm_rows_buffered<T>(plan, b, scratch);
   const int64_t ahead = prefetch_table_rows(D * static_cast<int64_t>(sizeof(T)), b.hn);
   const ChunkPlan* chunks = plan.chunks.data();
-  if (full && plan.chunks_half_rotation) {
-    switch (D / kLanes) {
-      case 2: return perm_rows_direct_regs<T, 2, ChunkShape::kHalf>(plan, b, scratch);
-      case 4: return perm_rows_direct_regs<T, 4, ChunkShape::kHalf>(plan, b, scratch);
-      case 6: return perm_rows_direct_regs<T, 6, ChunkShape::kHalf>(plan, b, scratch);
-      case 8: return perm_rows_direct_regs<T, 8, ChunkShape::kHalf>(plan, b, scratch);
-      default: break;
-    }
-  }
-  if (full && plan.pair_swap) {
-    switch (D / kLanes) {
-      case 1: return perm_rows_direct_regs<T, 1, ChunkShape::kSwap>(plan, b, scratch);
-      case 2: return perm_rows_direct_regs<T, 2, ChunkShape::kSwap>(plan, b, scratch);
-      case 3: return perm_rows_direct_regs<T, 3, ChunkShape::kSwap>(plan, b, scratch);
-      case 4: return perm_rows_direct_regs<T, 4, ChunkShape::kSwap>(plan, b, scratch);
-      case 5: return perm_rows_direct_regs<T, 5, ChunkShape::kSwap>(plan, b, scratch);
-      case 6: return perm_rows_direct_regs<T, 6, ChunkShape::kSwap>(plan, b, scratch);
-      case 7: return perm_rows_direct_regs<T, 7, ChunkShape::kSwap>(plan, b, scratch);
-      case 8: return perm_rows_direct_regs<T, 8, ChunkShape::kSwap>(plan, b, scratch);
-      default: break;
-    }
-  }
   // Plain loops, not a lambda over the rows: locals captured by reference live in memory, and
   // every vector store (which may alias anything) makes the compiler load them again (3D rows
   // were 6-15 % slower that way).
@@ -1130,14 +1179,15 @@ RowsChoice pick(const RotatePlan& plan, bool raw_tables) {
       return {&perm_rows_buffered<T>, "chunks-buffered"};
     }
   }
-  return {&perm_rows_direct<T>, "chunks"};
+  if (raw_tables) return {&perm_rows_direct<T, ChunkTablesRaw<T>>, "chunks"};
+  return {&perm_rows_direct<T, ChunkTablesF32>, "chunks"};
 }
 
 inline RowsChoice rows_fn(at::ScalarType t, const RotatePlan& plan, bool raw_tables) {
   switch (t) {
     case at::kBFloat16: return pick<c10::BFloat16>(plan, raw_tables);
-    case at::kHalf: return pick<c10::Half>(plan, false);
-    case at::kFloat: return pick<float>(plan, false);
+    case at::kHalf: return pick<c10::Half>(plan, raw_tables);
+    case at::kFloat: return pick<float>(plan, raw_tables);
     default: return {nullptr, nullptr};
   }
 }

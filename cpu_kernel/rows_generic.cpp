@@ -72,7 +72,7 @@ Kernels select_kernels(at::ScalarType x, at::ScalarType sin_t, at::ScalarType co
 #ifdef NPU_OPS_HAVE_AVX512
   if (level >= kAvx512 && x != at::kDouble) {
     const bool bf16 = level >= kAvx512Bf16;
-    const bool raw = raw_pair_tables(x, sin_t, cos_t, plan);
+    const bool raw = raw_tables(x, sin_t, cos_t, plan);
     const RowsChoice rows = bf16 ? avx512_bf16_rows_fn(x, plan, raw) : avx512_rows_fn(x, plan, raw);
     k.rows = rows.fn;
     k.rows_kind = rows.kind;
