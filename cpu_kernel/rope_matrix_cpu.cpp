@@ -39,6 +39,10 @@ namespace {
 // in a block is long (R = 128 rows = 32 KiB of bf16 for D = 128) and streams well from DRAM.
 constexpr int64_t kTableBlockBytes = 128 * 1024;
 constexpr int64_t kMaxBlockRows = 256;
+// Work items per thread: few, since every batch of a block costs a call into the row kernel (x
+// [1, 24, 256, 128] bf16, 2 threads: 23.7-24.9 us with 1 or 2 items a thread, 25-29.5 with 8;
+// no change at 6 MiB and up, where the blocks are kTableBlockBytes anyway).
+constexpr int64_t kItemsPerThread = 2;
 // Broadcast positions (heads) whose rows one batch interleaves, row by row, when they are far
 // apart in x (BNSD): each table row, loaded once, serves that many x rows. Measured on the 2-core
 // AMD development machine (2 threads, x [1, 24, S, 128], two sweep runs each of 1, 2 and 4 heads):
@@ -176,17 +180,18 @@ template <typename C>
 void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const Kernels& k,
                 bool stream, bool in_place) {
   const int64_t D = plan.D, Dp = plan.Dp;
-  // Enough work items to keep every thread busy. Blocks first: each table row is then converted
-  // once per call. A block has up to kTableBlockBytes of converted rows, but no more rows than give
-  // `want` blocks (a 1.5 MiB call has 256 rows: 16 blocks of 16, not 2 of 128 whose table rows
-  // every slice of the heads would convert again) and no more than the tables have (the per-call
-  // buffers below are sized by R; a decode call has one table row). Only when there are fewer
-  // table rows than work items are the broadcast positions sliced too. A call small enough to run
-  // on the calling thread wants one item: slices would only convert the same table rows again.
+  // Enough work items to keep every thread busy: kItemsPerThread each. Blocks first: each table
+  // row is then converted once per call. A block has up to kTableBlockBytes of converted rows, but
+  // no more rows than give `want` blocks (a 1.5 MiB call on 2 threads has 256 rows: 4 blocks of 64,
+  // not 2 of 128 whose table rows every slice of the heads would convert again) and no more than
+  // the tables have (the per-call buffers below are sized by R; a decode call has one table row).
+  // Only when there are fewer table rows than work items are the broadcast positions sliced too.
+  // A call small enough to run on the calling thread wants one item: slices would only convert the
+  // same table rows again.
   int64_t elems = 0;
   for (const auto& o : ops) elems += o.nbc * tab.ntr * D;
   const bool parallel = elems >= kMinParallelElems;
-  const int64_t want = parallel ? 8 * static_cast<int64_t>(at::get_num_threads()) : 1;
+  const int64_t want = parallel ? kItemsPerThread * static_cast<int64_t>(at::get_num_threads()) : 1;
   const int64_t r_cap = std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1,
                                             kMaxBlockRows);
   const int64_t R = std::clamp<int64_t>((tab.ntr + want - 1) / want, 1, r_cap);
