@@ -4,7 +4,7 @@
 //   table dims:     where sin or cos varies (size > 1), e.g. S for [1, 1, S, D] tables;
 //   broadcast dims: where both tables are broadcast, e.g. B and N.
 // Work is cut into blocks of R consecutive table rows (R up to 128 at D = 128, fewer when that
-// gives every thread 8 blocks). A block converts its cos/sin rows to the
+// gives every thread 2 blocks). A block converts its cos/sin rows to the
 // compute type once (small enough to stay in L2; tables of x's own dtype are read as they are by
 // the rows that convert them in registers, see raw_tables), then runs over every broadcast position (every head and batch, of q and of
 // k) for those R table rows, as the NPU kernel reuses its UB copy of the tables across B*N. A batch
