@@ -23,6 +23,7 @@ struct RowBatch {
   const void* const* sin;      // [nr]
   bool stream_out;             // hint: out is large and fresh; non-temporal stores may be used
   bool in_place;               // x and out rows are the same: read a row whole before writing it
+  bool prefetch = true;        // ask for x rows ahead (x_ahead); off for calls whose x is cache-resident
   // The batch that comes next (next_hn = 0 for none), so that prefetching runs on across the end
   // of this batch instead of starting every batch cold.
   const char* const* next_x_head = nullptr;
@@ -32,8 +33,10 @@ struct RowBatch {
   int64_t n() const { return nr * hn; }
   const void* x(int64_t r, int64_t h) const { return x_head[h] + x_off[r]; }
   void* out(int64_t r, int64_t h) const { return out_head[h] + out_off[r]; }
-  // Position h's x row `ahead` table rows after r, continuing into the next batch; nullptr past both.
+  // Position h's x row `ahead` table rows after r, continuing into the next batch; nullptr past both
+  // or when the batch does not prefetch.
   const void* x_ahead(int64_t r, int64_t h, int64_t ahead) const {
+    if (!prefetch) return nullptr;
     int64_t i = r + ahead;
     if (i < nr) return x_head[h] + x_off[i];
     i -= nr;
