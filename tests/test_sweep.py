@@ -1,4 +1,4 @@
-"""The memory-limit copy (_stream_copy) and the sweep CLI on a tiny grid (a few seconds)."""
+"""The memory-limit copies (_stream_copy, _stream_copy_new) and the sweep CLI on a tiny grid (a few seconds)."""
 import csv
 
 import npu_ops_transformer_ext  # noqa: F401
@@ -45,11 +45,28 @@ def test_stream_copy_rejects_bad_arguments():
         _copy(torch.randn(4, 4).t(), torch.empty(4, 4), [])
 
 
+@pytest.mark.parametrize("nontemporal", [True, False])
+@pytest.mark.parametrize("shape", [(3, 5, 7), (24, 700, 128), (2, 24, 512, 128)])  # the last: 6 MiB in bf16
+def test_stream_copy_new_returns_a_copy(shape, nontemporal):
+    g = torch.Generator().manual_seed(sum(shape))
+    x = torch.randn(shape, generator=g).bfloat16()
+    first = torch.ops.npu_ops_transformer_ext._stream_copy_new(x, [torch.randn(5)], nontemporal)
+    assert first.shape == x.shape and first.dtype == x.dtype and first.is_contiguous()
+    assert first.data_ptr() != x.data_ptr() and torch.equal(first, x)
+    del first
+    # A reused buffer (the output cache, from 4 MiB) is written whole: no old values show.
+    y = torch.randn(shape, generator=g).bfloat16()
+    assert torch.equal(torch.ops.npu_ops_transformer_ext._stream_copy_new(y, [], nontemporal), y)
+    # A non-contiguous x is copied in its logical order.
+    xt = x.transpose(-1, -2)
+    assert torch.equal(torch.ops.npu_ops_transformer_ext._stream_copy_new(xt, [], nontemporal), xt)
+
+
 def test_limit_fn_moves_the_bytes():
     x = torch.randn(2, 3, 64, 128).half()
     fn = sweep.limit_fn(x, [torch.randn(64, 128)], calls=2)
     assert fn.store in ("nontemporal", "temporal")
-    fn()
+    assert torch.equal(fn(), x)
     assert sweep.limit_of("rope_matrix_qk") == "limit_qk" and sweep.limit_of("copy_") == "limit"
 
 

@@ -5,11 +5,13 @@
     python -m npu_ops_transformer_ext.sweep --sizes 256,4096 --dtypes bfloat16 --layouts bnsd \\
         --modes half --threads all --iters 5                    # a small grid
 
-**The limit.** ``_stream_copy`` (cpu_kernel/stream_copy.cpp) is a native copy of x into a
-preallocated output on the operator's threads, with each table read once: exactly the bytes a
-``rope_matrix`` call moves, and nothing else. It is timed with non-temporal (streaming) stores and
-with ordinary stores, and the faster of the two is the limit for that size (streaming wins once the
-output no longer fits in cache, ordinary stores while it does). Every provider is reported as its
+**The limit.** ``_stream_copy_new`` (cpu_kernel/stream_copy.cpp) is a native copy of x into a new
+output, allocated as ``rope_matrix`` allocates its own (so both write equally warm memory), on the
+operator's threads, with each table read once: exactly the bytes a ``rope_matrix`` call moves, and
+nothing else. It is timed with non-temporal (streaming) stores and
+with ordinary stores, both in the round robin with the providers, and the faster of the two (by
+median) is the limit for that cell (streaming wins once the output no longer fits in cache,
+ordinary stores while it does). Every provider is reported as its
 time ÷ the limit; ``copy_`` (torch's ``out.copy_(x)``) is one more provider, no longer the
 denominator. ``rope_matrix_qk`` (q and k of x's shape, one pass over the tables) is measured against
 the limit for q + k bytes.
@@ -43,7 +45,7 @@ from . import (
 )
 from .reference import mode_matrix
 
-__all__ = ["bench_providers", "limit_fn", "limit_of", "main", "moved_bytes", "plot", "run_sweep"]
+__all__ = ["bench_providers", "copy_fns", "limit_fn", "limit_of", "limit_variants", "main", "moved_bytes", "plot", "run_sweep"]
 
 _ops = torch.ops.npu_ops_transformer_ext
 
@@ -65,23 +67,26 @@ def _median_time(fn, calls: int) -> float:
     return statistics.median(ts)
 
 
+def copy_fns(x: torch.Tensor, tables: Sequence[torch.Tensor]) -> dict[str, Callable[[], torch.Tensor]]:
+    """``{"nontemporal": fn, "temporal": fn}``: the limit's copy of x (into a new output allocated as
+    ``rope_matrix`` allocates its own, each of ``tables`` read once) with streaming or with ordinary
+    stores."""
+    src = x.contiguous()
+    tabs = [t.contiguous() for t in tables]
+    return {"nontemporal": lambda: _ops._stream_copy_new(src, tabs, True),
+            "temporal": lambda: _ops._stream_copy_new(src, tabs, False)}
+
+
 def limit_fn(
     x: torch.Tensor, tables: Sequence[torch.Tensor], calls: int = 7
 ) -> Callable[[], None]:
-    """A callable that moves the bytes of one ``rope_matrix(x, ...)`` call: x read, an output of
-    x's size written, each tensor of ``tables`` read once, natively, on torch's threads. Streaming
-    or ordinary stores, whichever is faster here (timed on ``calls`` calls of each; the choice is
-    the callable's ``.store`` attribute, ``"nontemporal"`` or ``"temporal"``)."""
-    src = x.contiguous()
-    out = torch.empty_like(src)
-    tabs = [t.contiguous() for t in tables]
-
-    def nt():
-        _ops._stream_copy(src, out, tabs, True)
-
-    def t():
-        _ops._stream_copy(src, out, tabs, False)
-
+    """A callable that moves the bytes of one ``rope_matrix(x, ...)`` call: x read, a new output
+    of x's size written (allocated as ``rope_matrix`` allocates its own), each tensor of ``tables``
+    read once, natively, on torch's threads. Streaming or ordinary stores, whichever is faster here
+    (timed on ``calls`` calls of each; the choice is the callable's ``.store`` attribute,
+    ``"nontemporal"`` or ``"temporal"``)."""
+    stores = copy_fns(x, tables)
+    nt, t = stores["nontemporal"], stores["temporal"]
     for f in (nt, t, nt, t):
         f()
     faster_nt = _median_time(nt, calls) <= _median_time(t, calls)
@@ -101,9 +106,23 @@ def limit_providers(
     """``{"limit": fn}`` (and ``"limit_qk"`` for q = x and k: their bytes together) for a benchmark."""
     fns = {"limit": limit_fn(x, tables)}
     if k is not None:
-        both = torch.cat([x.contiguous().view(-1), k.contiguous().view(-1)])
-        fns["limit_qk"] = limit_fn(both, tables)
+        fns["limit_qk"] = limit_fn(_q_and_k(x, k), tables)
     return fns
+
+
+def _q_and_k(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    return torch.cat([q.contiguous().view(-1), k.contiguous().view(-1)])
+
+
+def limit_variants(
+    x: torch.Tensor, tables: Sequence[torch.Tensor], k: torch.Tensor | None = None
+) -> dict[str, dict[str, Callable[[], object]]]:
+    """``{"limit": copy_fns(x), "limit_qk": copy_fns(q + k)}`` (the latter with k): both stores of
+    each limit, for the sweep to time round-robin with the providers and keep the faster."""
+    out = {"limit": copy_fns(x, tables)}
+    if k is not None:
+        out["limit_qk"] = copy_fns(_q_and_k(x, k), tables)
+    return out
 
 
 def bench_providers(
@@ -200,13 +219,21 @@ def run_sweep(
                         y = ys[modes[0]]
                         fns[f"rope_matrix_qk|{lay0}|{modes[0]}"] = (
                             lambda q=q, k=k, y=y, sn=sn, cs=cs: _ops.rope_matrix_qk(q, k, y, sn, cs))
-                    lims = limit_providers(xs[lay0], (sin, cos), k if qk else None)
-                    for name, fn in lims.items():
-                        fns[f"{name}||"] = fn
+                    # Both stores of each limit run in the round robin, under the same conditions
+                    # as the providers; the faster (by median) is the cell's limit.
+                    lims = limit_variants(xs[lay0], (sin, cos), k if qk else None)
+                    for name, stores in lims.items():
+                        for store, fn in stores.items():
+                            fns[f"{name}|{store}|"] = fn
                     if copy:
                         out = torch.empty_like(xs[lay0])
                         fns["copy_||"] = lambda out=out, x=xs[lay0]: out.copy_(x)
                     res = _time_round_robin(fns, warmup, iters, min_time)
+                    lim_store = {}
+                    for name, stores in lims.items():
+                        lim_store[name] = min(stores, key=lambda st, name=name: res[f"{name}|{st}|"][0])
+                        timed = {st: res.pop(f"{name}|{st}|") for st in stores}
+                        res[f"{name}||"] = timed[lim_store[name]]
                     limit_ms = {name: res[f"{name}||"][0] for name in lims}
                     limit_min = {name: res[f"{name}||"][3] for name in lims}
                     copy_ms = res["copy_||"][0] if copy else None
@@ -218,7 +245,7 @@ def run_sweep(
                             "S": s, "x_bytes": x_bytes, "dtype": dname,
                             "table_dtype": str(tdtype).replace("torch.", ""), "layout": lay, "mode": m,
                             "threads": nthreads, "provider": prov,
-                            "store": getattr(lims.get(prov), "store", ""),
+                            "store": lim_store.get(prov, ""),
                             "median_ms": _sig(med), "p20_ms": _sig(p20), "p80_ms": _sig(p80),
                             "min_ms": _sig(low), "gbps": _sig(moved / med / 1e6), "x_limit": _sig(med / lim, 3),
                             "x_limit_min": _sig(low / limit_min[limit_of(prov)], 3),
@@ -228,7 +255,7 @@ def run_sweep(
                     if progress:
                         worst = max(r["x_limit"] for r in rows[-len(res):] if r["provider"] == "rope_matrix")
                         progress(f"S={s:<6} {dname:<9} threads={nthreads}: limit {limit_ms['limit']:.3f} ms "
-                                 f"({lims['limit'].store}), rope_matrix worst {worst:.2f}x limit")
+                                 f"({lim_store['limit']}), rope_matrix worst {worst:.2f}x limit")
                 del xs, fns
     finally:
         torch.set_num_threads(total_threads)
