@@ -2,7 +2,7 @@
 // the tables read once, on the same threads as the operator.
 //
 //   torch.ops.npu_ops_transformer_ext._stream_copy(x, out, [sin, cos], nontemporal=True)
-//   out = torch.ops.npu_ops_transformer_ext._stream_copy_new(x, [sin, cos], nontemporal=True)
+//   [out] = torch.ops.npu_ops_transformer_ext._stream_copy_new([x], [sin, cos], nontemporal=True)
 //
 // It moves exactly the bytes a rope_matrix call must move (x read, the output written, each table
 // read once) and does nothing else, so "rope_matrix time / _stream_copy time" is how far the
@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "cpu_kernel/output_cache.h"
 #include "cpu_kernel/parallel_rule.h"
@@ -136,58 +137,88 @@ uint64_t read_bytes(const char* p, int64_t n) {
 
 volatile uint64_t g_sink = 0;  // keeps the table reads from being optimised away
 
-void stream_copy(const at::Tensor& x, const at::Tensor& out, at::TensorList tables, bool nontemporal) {
-  TORCH_CHECK(x.device().is_cpu() && out.device().is_cpu(), "_stream_copy: x and out must be CPU tensors");
-  TORCH_CHECK(x.is_contiguous() && out.is_contiguous(), "_stream_copy: x and out must be contiguous");
-  TORCH_CHECK(x.nbytes() == out.nbytes(), "_stream_copy: out must have as many bytes as x, got ",
-              out.nbytes(), " and ", x.nbytes());
+// One copy of the limit: n bytes from src to dst.
+struct CopyJob {
+  const char* src;
+  char* dst;
+  int64_t n;
+};
+
+// Copies every job and reads each table once, all in one parallel region on torch's threads (as
+// one rope_matrix or rope_matrix_qk call runs). Work items: output chunks of kChunk bytes (from each
+// dst's first 64-byte boundary), then table chunks.
+void copy_jobs(const std::vector<CopyJob>& jobs, at::TensorList tables, bool nontemporal, int64_t numel) {
   std::vector<at::Tensor> tabs;
   for (const at::Tensor& t : tables) tabs.push_back(t.contiguous());
-  const auto* src = static_cast<const char*>(x.const_data_ptr());
-  auto* dst = static_cast<char*>(out.data_ptr());
-  const int64_t n = static_cast<int64_t>(x.nbytes());
-  // Work items: output chunks of kChunk bytes (from dst's first 64-byte boundary), then table chunks.
-  const int64_t lead = std::min<int64_t>(n, (64 - (reinterpret_cast<uintptr_t>(dst) & 63)) & 63);
-  const int64_t ncopy = n > 0 ? std::max<int64_t>(1, (n - lead + kChunk - 1) / kChunk) : 0;
-  std::vector<std::pair<const char*, int64_t>> reads;  // table chunks
+  struct Item {
+    const char* src;
+    char* dst;
+    int64_t n;  // bytes; dst == nullptr: a table chunk to read
+  };
+  std::vector<Item> items;
+  for (const CopyJob& j : jobs) {
+    if (j.n == 0) continue;
+    const int64_t lead = std::min<int64_t>(j.n, (64 - (reinterpret_cast<uintptr_t>(j.dst) & 63)) & 63);
+    for (int64_t o = 0; o < j.n;) {
+      const int64_t e = std::min(j.n, o == 0 ? lead + kChunk : o + kChunk);  // later chunks start on a line
+      items.push_back({j.src + o, j.dst + o, e - o});
+      o = e;
+    }
+  }
   for (const at::Tensor& t : tabs) {
     const auto* p = static_cast<const char*>(t.const_data_ptr());
     const int64_t tn = static_cast<int64_t>(t.nbytes());
-    for (int64_t o = 0; o < tn; o += kChunk) reads.push_back({p + o, std::min(kChunk, tn - o)});
+    for (int64_t o = 0; o < tn; o += kChunk) items.push_back({p + o, nullptr, std::min(kChunk, tn - o)});
   }
-  const int64_t items = ncopy + static_cast<int64_t>(reads.size());
-  if (items == 0) return;
-  const int64_t grain = x.numel() < kMinParallelElems ? items : 1;
-  at::parallel_for(0, items, grain, [&](int64_t begin, int64_t end) {
+  const auto count = static_cast<int64_t>(items.size());
+  if (count == 0) return;
+  const int64_t grain = numel < kMinParallelElems ? count : 1;
+  at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
     uint64_t acc = 0;
     for (int64_t i = begin; i < end; ++i) {
-      if (i < ncopy) {
-        const int64_t o = i == 0 ? 0 : lead + i * kChunk;
-        const int64_t e = std::min(n, lead + (i + 1) * kChunk);
-        if (nontemporal) {
-          stream_bytes(src + o, dst + o, e - o);
-        } else {
-          std::memcpy(dst + o, src + o, static_cast<size_t>(e - o));
-        }
+      const Item& it = items[static_cast<size_t>(i)];
+      if (it.dst == nullptr) {
+        acc |= read_bytes(it.src, it.n);
+      } else if (nontemporal) {
+        stream_bytes(it.src, it.dst, it.n);
       } else {
-        const auto& r = reads[static_cast<size_t>(i - ncopy)];
-        acc |= read_bytes(r.first, r.second);
+        std::memcpy(it.dst, it.src, static_cast<size_t>(it.n));
       }
     }
     if (acc == 0x5a5a5a5a5a5a5a5aull) g_sink = acc;
   });
 }
 
-// The same copy into a new output allocated as rope_matrix allocates its own (empty_output: from
-// the output buffer cache from kOutputCacheMinBytes on), so that the limit and the operator write
-// equally warm memory: a preallocated output of the limit's own was colder in cache than the one
-// buffer every rope_matrix call of a round reuses, and the operator came out faster than its limit.
-at::Tensor stream_copy_new(const at::Tensor& x, at::TensorList tables, bool nontemporal) {
-  TORCH_CHECK(x.device().is_cpu(), "_stream_copy_new: x must be a CPU tensor");
-  const at::Tensor src = x.contiguous();
-  at::Tensor out = empty_output(src.sizes(), src.scalar_type());
-  stream_copy(src, out, tables, nontemporal);
-  return out;
+void stream_copy(const at::Tensor& x, const at::Tensor& out, at::TensorList tables, bool nontemporal) {
+  TORCH_CHECK(x.device().is_cpu() && out.device().is_cpu(), "_stream_copy: x and out must be CPU tensors");
+  TORCH_CHECK(x.is_contiguous() && out.is_contiguous(), "_stream_copy: x and out must be contiguous");
+  TORCH_CHECK(x.nbytes() == out.nbytes(), "_stream_copy: out must have as many bytes as x, got ",
+              out.nbytes(), " and ", x.nbytes());
+  copy_jobs({{static_cast<const char*>(x.const_data_ptr()), static_cast<char*>(out.data_ptr()),
+              static_cast<int64_t>(x.nbytes())}},
+            tables, nontemporal, x.numel());
+}
+
+// The same copy of each of xs into a new output allocated as rope_matrix allocates its own
+// (empty_output: from the output buffer cache from kOutputCacheMinBytes on), so that the limit and
+// the operator write equally warm memory (a preallocated output of the limit's own was colder in
+// cache than the one buffer every rope_matrix call of a round reuses, and the operator came out
+// faster than its limit), in one parallel region, the tables read once: with [q, k], the limit of
+// rope_matrix_qk, which also writes two new outputs.
+std::vector<at::Tensor> stream_copy_new(at::TensorList xs, at::TensorList tables, bool nontemporal) {
+  std::vector<at::Tensor> srcs, outs;
+  std::vector<CopyJob> jobs;
+  int64_t numel = 0;
+  for (const at::Tensor& x : xs) {
+    TORCH_CHECK(x.device().is_cpu(), "_stream_copy_new: every x must be a CPU tensor");
+    srcs.push_back(x.contiguous());
+    outs.push_back(empty_output(srcs.back().sizes(), srcs.back().scalar_type()));
+    jobs.push_back({static_cast<const char*>(srcs.back().const_data_ptr()), static_cast<char*>(outs.back().data_ptr()),
+                    static_cast<int64_t>(srcs.back().nbytes())});
+    numel += x.numel();
+  }
+  copy_jobs(jobs, tables, nontemporal, numel);
+  return outs;
 }
 
 }  // namespace
@@ -198,7 +229,7 @@ TORCH_LIBRARY_FRAGMENT(npu_ops_transformer_ext, m) {
   // Benchmark helper (see above): out <- x with the tables read once; not part of the contract.
   m.def("_stream_copy(Tensor x, Tensor(a!) out, Tensor[] tables, bool nontemporal=True) -> ()");
   // The same into a new output allocated as rope_matrix allocates its own (the limit the benchmarks use).
-  m.def("_stream_copy_new(Tensor x, Tensor[] tables, bool nontemporal=True) -> Tensor");
+  m.def("_stream_copy_new(Tensor[] xs, Tensor[] tables, bool nontemporal=True) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(npu_ops_transformer_ext, CPU, m) {

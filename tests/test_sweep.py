@@ -7,6 +7,7 @@ import torch
 from npu_ops_transformer_ext import sweep
 
 _copy = torch.ops.npu_ops_transformer_ext._stream_copy
+_copy_new = torch.ops.npu_ops_transformer_ext._stream_copy_new
 
 
 @pytest.mark.parametrize("nontemporal", [True, False])
@@ -47,26 +48,31 @@ def test_stream_copy_rejects_bad_arguments():
 
 @pytest.mark.parametrize("nontemporal", [True, False])
 @pytest.mark.parametrize("shape", [(3, 5, 7), (24, 700, 128), (2, 24, 512, 128)])  # the last: 6 MiB in bf16
-def test_stream_copy_new_returns_a_copy(shape, nontemporal):
+def test_stream_copy_new_returns_copies(shape, nontemporal):
     g = torch.Generator().manual_seed(sum(shape))
     x = torch.randn(shape, generator=g).bfloat16()
-    first = torch.ops.npu_ops_transformer_ext._stream_copy_new(x, [torch.randn(5)], nontemporal)
+    (first,) = _copy_new([x], [torch.randn(5)], nontemporal)
     assert first.shape == x.shape and first.dtype == x.dtype and first.is_contiguous()
     assert first.data_ptr() != x.data_ptr() and torch.equal(first, x)
     del first
     # A reused buffer (the output cache, from 4 MiB) is written whole: no old values show.
     y = torch.randn(shape, generator=g).bfloat16()
-    assert torch.equal(torch.ops.npu_ops_transformer_ext._stream_copy_new(y, [], nontemporal), y)
-    # A non-contiguous x is copied in its logical order.
-    xt = x.transpose(-1, -2)
-    assert torch.equal(torch.ops.npu_ops_transformer_ext._stream_copy_new(xt, [], nontemporal), xt)
+    assert torch.equal(_copy_new([y], [], nontemporal)[0], y)
+    # Several x (q and k: rope_matrix_qk's limit), one of them not contiguous (copied in its
+    # logical order), another of a different dtype and size.
+    k = torch.randn(shape[:-1] + (shape[-1] + 3,), generator=g)
+    outs = _copy_new([x.transpose(-1, -2), k], [y], nontemporal)
+    assert len(outs) == 2 and torch.equal(outs[0], x.transpose(-1, -2)) and torch.equal(outs[1], k)
 
 
 def test_limit_fn_moves_the_bytes():
     x = torch.randn(2, 3, 64, 128).half()
     fn = sweep.limit_fn(x, [torch.randn(64, 128)], calls=2)
     assert fn.store in ("nontemporal", "temporal")
-    assert torch.equal(fn(), x)
+    assert torch.equal(fn()[0], x)
+    k = torch.randn(2, 1, 64, 128).half()
+    both = sweep.limit_fn([x, k], [torch.randn(64, 128)], calls=2)()
+    assert torch.equal(both[0], x) and torch.equal(both[1], k)
     assert sweep.limit_of("rope_matrix_qk") == "limit_qk" and sweep.limit_of("copy_") == "limit"
 
 

@@ -67,22 +67,24 @@ def _median_time(fn, calls: int) -> float:
     return statistics.median(ts)
 
 
-def copy_fns(x: torch.Tensor, tables: Sequence[torch.Tensor]) -> dict[str, Callable[[], torch.Tensor]]:
-    """``{"nontemporal": fn, "temporal": fn}``: the limit's copy of x (into a new output allocated as
-    ``rope_matrix`` allocates its own, each of ``tables`` read once) with streaming or with ordinary
-    stores."""
-    src = x.contiguous()
+def copy_fns(
+    xs: torch.Tensor | Sequence[torch.Tensor], tables: Sequence[torch.Tensor]
+) -> dict[str, Callable[[], list[torch.Tensor]]]:
+    """``{"nontemporal": fn, "temporal": fn}``: the limit's copy of x (or of each of several, e.g.
+    q and k) into new outputs allocated as ``rope_matrix`` allocates its own, in one parallel
+    region, each of ``tables`` read once, with streaming or with ordinary stores."""
+    srcs = [t.contiguous() for t in ([xs] if isinstance(xs, torch.Tensor) else xs)]
     tabs = [t.contiguous() for t in tables]
-    return {"nontemporal": lambda: _ops._stream_copy_new(src, tabs, True),
-            "temporal": lambda: _ops._stream_copy_new(src, tabs, False)}
+    return {"nontemporal": lambda: _ops._stream_copy_new(srcs, tabs, True),
+            "temporal": lambda: _ops._stream_copy_new(srcs, tabs, False)}
 
 
 def limit_fn(
-    x: torch.Tensor, tables: Sequence[torch.Tensor], calls: int = 7
-) -> Callable[[], None]:
-    """A callable that moves the bytes of one ``rope_matrix(x, ...)`` call: x read, a new output
-    of x's size written (allocated as ``rope_matrix`` allocates its own), each tensor of ``tables``
-    read once, natively, on torch's threads. Streaming or ordinary stores, whichever is faster here
+    x: torch.Tensor | Sequence[torch.Tensor], tables: Sequence[torch.Tensor], calls: int = 7
+) -> Callable[[], list[torch.Tensor]]:
+    """A callable that moves the bytes of one ``rope_matrix(x, ...)`` call (of one
+    ``rope_matrix_qk(q, k, ...)`` call for ``x = [q, k]``): x read, a new output of x's size
+    written (allocated as ``rope_matrix`` allocates its own), each tensor of ``tables`` read once, natively, on torch's threads. Streaming or ordinary stores, whichever is faster here
     (timed on ``calls`` calls of each; the choice is the callable's ``.store`` attribute,
     ``"nontemporal"`` or ``"temporal"``)."""
     stores = copy_fns(x, tables)
@@ -106,22 +108,18 @@ def limit_providers(
     """``{"limit": fn}`` (and ``"limit_qk"`` for q = x and k: their bytes together) for a benchmark."""
     fns = {"limit": limit_fn(x, tables)}
     if k is not None:
-        fns["limit_qk"] = limit_fn(_q_and_k(x, k), tables)
+        fns["limit_qk"] = limit_fn([x, k], tables)
     return fns
-
-
-def _q_and_k(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    return torch.cat([q.contiguous().view(-1), k.contiguous().view(-1)])
 
 
 def limit_variants(
     x: torch.Tensor, tables: Sequence[torch.Tensor], k: torch.Tensor | None = None
 ) -> dict[str, dict[str, Callable[[], object]]]:
-    """``{"limit": copy_fns(x), "limit_qk": copy_fns(q + k)}`` (the latter with k): both stores of
+    """``{"limit": copy_fns(x), "limit_qk": copy_fns([x, k])}`` (the latter with k): both stores of
     each limit, for the sweep to time round-robin with the providers and keep the faster."""
     out = {"limit": copy_fns(x, tables)}
     if k is not None:
-        out["limit_qk"] = copy_fns(_q_and_k(x, k), tables)
+        out["limit_qk"] = copy_fns([x, k], tables)
     return out
 
 
