@@ -331,12 +331,6 @@ inline std::pair<const float*, const float*> fp32_table_rows(const void* cs, con
 template <int NC>
 struct ChunkTables {
   __m512 c[NC], s[NC];
-  ChunkTables(const float* cs, const float* sn) {
-    for (int i = 0; i < NC; ++i) {
-      c[i] = _mm512_loadu_ps(cs + i * kLanes);
-      s[i] = _mm512_loadu_ps(sn + i * kLanes);
-    }
-  }
   template <typename Src>
   ChunkTables(Src, const void* cs, const void* sn, const uint32_t* sign_bits) {
     for (int i = 0; i < NC; ++i) {
@@ -406,6 +400,22 @@ NPU_OPS_ROW_INLINE void table_run_rows(const RotatePlan& plan, const RowBatch& b
   if (b.stream_out) _mm_sfence();  // order the non-temporal stores before the batch ends
 }
 
+// table_run_rows for rows of NC full chunks: each table row in registers (ChunkTables) for batches
+// of at least kRegTablesMinRows rows per table row, else read where used (MemTables); non-temporal
+// stores need every chunk aligned to its own size.
+template <typename T, typename Src, int NC, typename Fast, typename Exact>
+NPU_OPS_ROW_INLINE void chunk_table_run_rows(const RotatePlan& plan, const RowBatch& b, void* scratch, Fast fast,
+                                             Exact exact) {
+  const uint32_t* sign_bits = plan.sign_bits.data();
+  if (b.hn >= kRegTablesMinRows) {
+    const auto regs = [=](const void* cs, const void* sn) { return ChunkTables<NC>(Src{}, cs, sn, sign_bits); };
+    table_run_rows<T>(plan, b, scratch, kLanes * sizeof(T), regs, fast, exact);
+  } else {
+    const auto mem = [=](const void* cs, const void* sn) { return MemTables<Src>{cs, sn, sign_bits}; };
+    table_run_rows<T>(plan, b, scratch, kLanes * sizeof(T), mem, fast, exact);
+  }
+}
+
 // The half rotation (chunk c's partners are chunk c + NC/2 mod NC, in order: rotate_half of one
 // section): every chunk of the row is loaded and converted once, into registers, and serves as
 // its own chunk and as its partner's partner.
@@ -458,14 +468,7 @@ void perm_rows_direct_regs(const RotatePlan& plan, const RowBatch& b, void* scra
     const auto [c, s] = fp32_table_rows<Src>(cs, sn, sign_bits, D, buf);
     direct_row<T, true, decltype(stream)::value, true>(chunks, D, D, x, out, c, s);
   };
-  // Non-temporal stores need every chunk aligned to its own size.
-  if (b.hn >= kRegTablesMinRows) {
-    const auto regs = [=](const void* cs, const void* sn) { return ChunkTables<NC>(Src{}, cs, sn, sign_bits); };
-    table_run_rows<T>(plan, b, scratch, kLanes * sizeof(T), regs, fast, exact);
-  } else {
-    const auto mem = [=](const void* cs, const void* sn) { return MemTables<Src>{cs, sn, sign_bits}; };
-    table_run_rows<T>(plan, b, scratch, kLanes * sizeof(T), mem, fast, exact);
-  }
+  chunk_table_run_rows<T, Src, NC>(plan, b, scratch, fast, exact);
 }
 
 // A row of NC <= kRowChunks full chunks held in registers, each chunk's partners formed by up to
@@ -526,13 +529,7 @@ void perm_rows_words(const RotatePlan& plan, const RowBatch& b, void* scratch) {
     }
   };
   // In place, the row is read whole into registers before any of it is written.
-  if (b.hn >= kRegTablesMinRows) {
-    const auto regs = [=](const void* cs, const void* sn) { return ChunkTables<NC>(Src{}, cs, sn, sign_bits); };
-    table_run_rows<T>(plan, b, scratch, kLanes * sizeof(T), regs, fast, exact);
-  } else {
-    const auto mem = [=](const void* cs, const void* sn) { return MemTables<Src>{cs, sn, sign_bits}; };
-    table_run_rows<T>(plan, b, scratch, kLanes * sizeof(T), mem, fast, exact);
-  }
+  chunk_table_run_rows<T, Src, NC>(plan, b, scratch, fast, exact);
 }
 
 template <typename T>
