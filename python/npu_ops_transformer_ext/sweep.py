@@ -84,10 +84,15 @@ def limit_fn(
 ) -> Callable[[], list[torch.Tensor]]:
     """A callable that moves the bytes of one ``rope_matrix(x, ...)`` call (of one
     ``rope_matrix_qk(q, k, ...)`` call for ``x = [q, k]``): x read, a new output of x's size
-    written (allocated as ``rope_matrix`` allocates its own), each tensor of ``tables`` read once, natively, on torch's threads. Streaming or ordinary stores, whichever is faster here
-    (timed on ``calls`` calls of each; the choice is the callable's ``.store`` attribute,
-    ``"nontemporal"`` or ``"temporal"``)."""
-    stores = copy_fns(x, tables)
+    written (allocated as ``rope_matrix`` allocates its own), each tensor of ``tables`` read once,
+    natively, on torch's threads. Streaming or ordinary stores, whichever is faster here (timed on
+    ``calls`` calls of each; the choice is the callable's ``.store`` attribute, ``"nontemporal"``
+    or ``"temporal"``)."""
+    return _faster_store(copy_fns(x, tables), calls)
+
+
+def _faster_store(stores: dict[str, Callable[[], object]], calls: int = 7) -> Callable[[], object]:
+    """The faster of copy_fns' two callables, timed here on ``calls`` calls each."""
     nt, t = stores["nontemporal"], stores["temporal"]
     for f in (nt, t, nt, t):
         f()
@@ -105,11 +110,9 @@ def limit_of(provider: str) -> str:
 def limit_providers(
     x: torch.Tensor, tables: Sequence[torch.Tensor], k: torch.Tensor | None = None
 ) -> dict[str, Callable[[], object]]:
-    """``{"limit": fn}`` (and ``"limit_qk"`` for q = x and k: their bytes together) for a benchmark."""
-    fns = {"limit": limit_fn(x, tables)}
-    if k is not None:
-        fns["limit_qk"] = limit_fn([x, k], tables)
-    return fns
+    """``{"limit": fn}`` (and ``"limit_qk"`` for q = x and k) for a benchmark: limit_variants'
+    faster store of each, chosen before the benchmark."""
+    return {name: _faster_store(stores) for name, stores in limit_variants(x, tables, k).items()}
 
 
 def limit_variants(
