@@ -137,7 +137,7 @@ uint64_t read_bytes(const char* p, int64_t n) {
 
 volatile uint64_t g_sink = 0;  // keeps the table reads from being optimised away
 
-// One copy of the limit: n bytes from src to dst.
+// One copy of the limit: n bytes from src to dst (dst == nullptr: n bytes of a table to read).
 struct CopyJob {
   const char* src;
   char* dst;
@@ -150,12 +150,7 @@ struct CopyJob {
 void copy_jobs(const std::vector<CopyJob>& jobs, at::TensorList tables, bool nontemporal, int64_t numel) {
   std::vector<at::Tensor> tabs;
   for (const at::Tensor& t : tables) tabs.push_back(t.contiguous());
-  struct Item {
-    const char* src;
-    char* dst;
-    int64_t n;  // bytes; dst == nullptr: a table chunk to read
-  };
-  std::vector<Item> items;
+  std::vector<CopyJob> items;
   for (const CopyJob& j : jobs) {
     if (j.n == 0) continue;
     const int64_t lead = std::min<int64_t>(j.n, (64 - (reinterpret_cast<uintptr_t>(j.dst) & 63)) & 63);
@@ -176,7 +171,7 @@ void copy_jobs(const std::vector<CopyJob>& jobs, at::TensorList tables, bool non
   at::parallel_for(0, count, grain, [&](int64_t begin, int64_t end) {
     uint64_t acc = 0;
     for (int64_t i = begin; i < end; ++i) {
-      const Item& it = items[static_cast<size_t>(i)];
+      const CopyJob& it = items[static_cast<size_t>(i)];
       if (it.dst == nullptr) {
         acc |= read_bytes(it.src, it.n);
       } else if (nontemporal) {
