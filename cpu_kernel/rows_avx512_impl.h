@@ -985,6 +985,32 @@ NPU_OPS_ROW_INLINE uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroup
   return fixup;
 }
 
+// A row of NG <= 4 groups of 32 16-bit elements as words, in registers (groups past NG zero).
+template <int NG>
+NPU_OPS_ROW_INLINE void load_row_words(const void* x, __m512i w[4]) {
+  static_assert(NG >= 1 && NG <= 4, "a row in registers has at most four groups");
+  for (int g = 0; g < 4; ++g) {
+    w[g] = g < NG ? _mm512_loadu_si512(static_cast<const char*>(x) + g * 4 * kLanes) : _mm512_setzero_si512();
+  }
+}
+
+// The partners of group gp of a row held as words (load_row_words), in natural order: one or two
+// two-source permutes of the row's pairs (PairGroupPlan::row_src), then, for kMixed, swapped within
+// their pairs and zeroed as the group says. Dtype-blind: bf16 and fp16 rows alike.
+template <PairShape kShape, int NG>
+NPU_OPS_ROW_INLINE __m512i row_words_partners(const PairGroupPlan& gp, const __m512i w[4]) {
+  const __m512i idx = _mm512_load_si512(gp.row_src);
+  __m512i p = _mm512_permutex2var_epi32(w[0], idx, w[1]);
+  if constexpr (NG > 2) {
+    p = _mm512_mask_mov_epi32(p, static_cast<__mmask16>(gp.row_hi), _mm512_permutex2var_epi32(w[2], idx, w[3]));
+  }
+  if constexpr (kShape == PairShape::kMixed) {
+    if (gp.swap != 0) p = _mm512_mask_rol_epi32(p, static_cast<__mmask16>(gp.swap), p, 16);
+    if (gp.nonzero != 0xFFFFFFFFu) p = _mm512_maskz_mov_epi16(gp.nonzero, p);
+  }
+  return p;
+}
+
 // One row of NG <= 4 groups whose partners are any pairs of the row (kMixed, kUnswapped: the 3D
 // modes and other permutations of pairs): the row's groups are loaded once into registers and
 // each group's partners are one or two two-source permutes of them (PairGroupPlan::row_src), then
@@ -992,21 +1018,11 @@ NPU_OPS_ROW_INLINE uint32_t pair_row(const PairGroupPlan* groups, int64_t ngroup
 template <PairShape kShape, int NG, bool kStream, typename GroupTables>
 NPU_OPS_ROW_INLINE uint32_t pair_row_words(const PairGroupPlan* groups, const c10::BFloat16* x, c10::BFloat16* out,
                                            const GroupTables& tables) {
-  static_assert(NG >= 1 && NG <= 4, "a row in registers has at most four groups");
   __m512i w[4];
-  for (int g = 0; g < 4; ++g) w[g] = g < NG ? _mm512_loadu_si512(x + g * 2 * kLanes) : _mm512_setzero_si512();
+  load_row_words<NG>(x, w);
   __mmask16 fixup = 0;
   for (int g = 0; g < NG; ++g) {
-    const PairGroupPlan& gp = groups[g];
-    const __m512i idx = _mm512_load_si512(gp.row_src);
-    __m512i p = _mm512_permutex2var_epi32(w[0], idx, w[1]);
-    if constexpr (NG > 2) {
-      p = _mm512_mask_mov_epi32(p, static_cast<__mmask16>(gp.row_hi), _mm512_permutex2var_epi32(w[2], idx, w[3]));
-    }
-    if constexpr (kShape == PairShape::kMixed) {
-      if (gp.swap != 0) p = _mm512_mask_rol_epi32(p, static_cast<__mmask16>(gp.swap), p, 16);
-      if (gp.nonzero != 0xFFFFFFFFu) p = _mm512_maskz_mov_epi16(gp.nonzero, p);
-    }
+    const __m512i p = row_words_partners<kShape, NG>(groups[g], w);
     __m512 ce, co, se, so;
     tables.group(g, ce, co, se, so);
     const __m512 xe = even_fp32(w[g]), xo = odd_fp32(w[g]);
@@ -1128,6 +1144,63 @@ void pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   }
 }
 
+// fp16 x with a pair plan whose groups take other pairs of the row (kMixed, kUnswapped: the 3D
+// modes), D = 32 * NG: the row is held as words and each group's partners formed as the bf16 pair
+// rows form them (row_words_partners: one or two word permutes per 32 elements, where the chunk
+// rows need one or two per 16 and a masked move each), then both are converted by halves. The
+// table values are natural-order fp32 chunks (ChunkTables / MemTables). fp16 rounding is exact
+// for every value: no fixup. 3D 44+44+40, x [1, 24, S, 128], one thread, back-to-back calls:
+// BSND 62 -> 55 us at S = 256 and 562 -> 488-532 us at S = 2048 against perm_rows_words; BNSD
+// 74 -> 68-70 us at S = 256.
+template <PairShape kShape, int NG, bool kStream, typename Tables>
+NPU_OPS_ROW_INLINE uint32_t half_pair_row_words(const PairGroupPlan* groups, const c10::Half* x, c10::Half* out,
+                                                const Tables& t) {
+  using T = c10::Half;
+  __m512i w[4];
+  load_row_words<NG>(x, w);
+  __mmask16 none = 0;
+  for (int g = 0; g < NG; ++g) {
+    const __m512i p = row_words_partners<kShape, NG>(groups[g], w);
+    const __m512 xl = _mm512_cvtph_ps(_mm512_castsi512_si256(w[g]));
+    const __m512 xh = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(w[g], 1));
+    const __m512 pl = _mm512_cvtph_ps(_mm512_castsi512_si256(p));
+    const __m512 ph = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(p, 1));
+    chunk_store<T, kStream, false>(out + g * 2 * kLanes,
+                                   _mm512_add_ps(_mm512_mul_ps(xl, t.cos(2 * g)), _mm512_mul_ps(pl, t.sin(2 * g))), 0xFFFF,
+                                   none);
+    chunk_store<T, kStream, false>(out + (2 * g + 1) * kLanes,
+                                   _mm512_add_ps(_mm512_mul_ps(xh, t.cos(2 * g + 1)), _mm512_mul_ps(ph, t.sin(2 * g + 1))),
+                                   0xFFFF, none);
+  }
+  return 0;
+}
+
+template <PairShape kShape, typename Src, int NG>
+void half_pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+  using T = c10::Half;
+  const PairGroupPlan* groups = plan.pair_groups.data();
+  const auto fast = [=](const T* x, T* out, const auto& t, const void*, const void*, auto stream) {
+    return half_pair_row_words<kShape, NG, decltype(stream)::value>(groups, x, out, t);
+  };
+  const auto never = [](const T*, T*, const void*, const void*, auto) {};  // fast never asks for a fixup
+  chunk_table_run_rows<T, Src, 2 * NG>(plan, b, scratch, fast, never);
+}
+
+template <typename Src>
+RowsFn half_pair_rows_fn(const RotatePlan& plan) {
+  const bool mixed = plan.pair_shape == PairShape::kMixed;
+  if (plan.pair_groups.empty() || plan.D != plan.Dp || (!mixed && plan.pair_shape != PairShape::kUnswapped)) {
+    return nullptr;
+  }
+  switch (plan.D / (2 * kLanes)) {
+    case 1: return mixed ? &half_pair_rows<PairShape::kMixed, Src, 1> : &half_pair_rows<PairShape::kUnswapped, Src, 1>;
+    case 2: return mixed ? &half_pair_rows<PairShape::kMixed, Src, 2> : &half_pair_rows<PairShape::kUnswapped, Src, 2>;
+    case 3: return mixed ? &half_pair_rows<PairShape::kMixed, Src, 3> : &half_pair_rows<PairShape::kUnswapped, Src, 3>;
+    case 4: return mixed ? &half_pair_rows<PairShape::kMixed, Src, 4> : &half_pair_rows<PairShape::kUnswapped, Src, 4>;
+    default: return nullptr;
+  }
+}
+
 // A table row for pair_rows: each group of 32 as its 16 even elements then its 16 odd ones, fp32,
 // with sign_bits (natural order) XORed in the same arrangement.
 template <typename T>
@@ -1172,6 +1245,10 @@ RowsChoice pick(const RotatePlan& plan, bool raw_tables) {
   }
   if (std::is_same_v<T, c10::BFloat16> && !plan.pair_groups.empty()) {
     return {raw_tables ? &pair_rows<PairTablesBf16> : &pair_rows<PairTablesF32>, "pairs"};
+  }
+  if constexpr (std::is_same_v<T, c10::Half>) {
+    const RowsFn words = raw_tables ? half_pair_rows_fn<ChunkTablesRaw<T>>(plan) : half_pair_rows_fn<ChunkTablesF32>(plan);
+    if (words != nullptr) return {words, "pairs"};
   }
   const bool in_registers = plan.D == plan.Dp && plan.D <= kRowChunks * kLanes;  // perm_rows_words
   for (const ChunkPlan& c : plan.chunks) {

@@ -1,4 +1,4 @@
-"""The CPU kernel's bf16 pair rows and head-interleaved batches (cpu_kernel/pair_plan.cpp,
+"""The CPU kernel's bf16 (and fp16 3D) pair rows and head-interleaved batches (cpu_kernel/pair_plan.cpp,
 rows_avx512_impl.h, rope_matrix_cpu.cpp): which rotate matrices take them, bit-exactness on every
 kind of pair group, rounding edge cases on both rounding paths, in place, and batch edge cases."""
 import pytest
@@ -122,6 +122,59 @@ def test_random_pair_permutations_bit_exact(monkeypatch, isa, d, group_limit):
         seen.update(c.rsplit("/", 1)[1])
         assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
     assert seen & set("PQ"), "no permuted group was exercised"
+
+
+def with_special_values(x, g):
+    """x with a few infinities, NaNs, subnormals and signed zeros at random places."""
+    x = x.clone()
+    flat = x.view(-1)
+    tiny = torch.finfo(x.dtype).tiny
+    specials = torch.tensor([float("inf"), -float("inf"), float("nan"), tiny / 4, -tiny / 8, 0.0, -0.0]).to(x.dtype)
+    where = torch.randint(0, flat.numel(), (3 * len(specials),), generator=g)
+    flat[where] = specials.repeat(3)
+    return x
+
+
+@needs_avx512
+@pytest.mark.parametrize("d", [32, 64, 96, 128])
+def test_fp16_pair_permutations_take_the_word_rows_bit_exact(d):
+    # fp16 x whose rotate matrix moves whole pairs and whose groups read other pairs of the row
+    # (3D modes; random pair permutations with swapped, all-zero and single zero columns) takes the
+    # pair rows: the row held as words, partners formed by word permutes, converted by halves.
+    g = torch.Generator().manual_seed(100 + d)
+    taken = 0
+    for trial in range(6):
+        y = pair_permutation(d, g, zero_pairs=trial % 3, zero_elems=trial % 2).half()
+        tdt = torch.float32 if trial % 2 else torch.float16
+        x, sin, cos = inputs((3, 5, 9), d, g, tdt)
+        x = with_special_values(x.half(), g)
+        c = choice(x, y, sin, cos)
+        if c.endswith("/chunks"):
+            continue  # every group an offset load or its own pairs swapped: the chunk rows' forms
+        assert "/pairs/" in c, c
+        taken += 1
+        assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+    assert taken >= 3, "too few random permutations took the pair rows"
+    y = mode_matrix("half", [44, 44, 40] if d == 128 else [d // 2 - 4, d // 2 + 4], dtype=torch.float16)
+    x, sin, cos = (t.half() for t in inputs((2, 3, 11), d, g))
+    assert "/pairs/" in choice(x, y, sin, cos)
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+
+
+@needs_avx512
+def test_fp16_pair_rows_in_place_and_streamed():
+    g = torch.Generator().manual_seed(11)
+    y = mode_matrix("half", [44, 44, 40], dtype=torch.float16)
+    x, sin, cos = (t.half() for t in inputs((2, 6, 17), 128, g))
+    assert "/pairs/" in choice(x, y, sin, cos)
+    ref = rope_matrix_reference(x, y, sin, cos)
+    ops.rope_matrix_(x, y, sin, cos)
+    assert_bit_exact(x, ref)
+    # An output of 16 MiB and more is written with non-temporal stores; 9 heads BNSD: batches of
+    # two heads and one of one (table values read where used).
+    x, sin, cos = (t.half() for t in inputs((1, 9, 7300), 128, g))
+    assert x.numel() * 2 >= 16 << 20
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
 
 
 @needs_avx512
