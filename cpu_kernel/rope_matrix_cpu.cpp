@@ -358,6 +358,13 @@ at::Tensor rows_contiguous(const at::Tensor& t) {
 // Outputs at least this large are written with non-temporal stores (they cannot stay in cache
 // anyway, and streaming them skips reading each output line from memory before writing it).
 constexpr int64_t kStreamBytes = 16 << 20;
+// ... and from this size when the call runs on one thread. Measured on the 2-core AMD development
+// machine (32 MiB L3), x [1, 24, S, 128], calls back to back, three-way alternation with the limit:
+// one thread, non-temporal against ordinary stores, fp32 BSND half 8.2 MiB 207 / 184 us, 10 MiB
+// 253 / 250, 12 MiB 310 / 388; bf16 BNSD 3D 8.2 MiB 305 / 350, 10 MiB 364 / 451; bf16 BSND half
+// 12 MiB 313 / 351. Two threads keep ordinary stores below kStreamBytes: bf16 BSND half at 12 MiB
+// 299 against 193 us, fp32 BSND half at 10 MiB 165 against 131.
+constexpr int64_t kStreamBytesOneThread = 10 << 20;
 
 // Runs the kernel for every (x, out) pair with one plan and one pass over the tables.
 void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Tensor& y,
@@ -382,7 +389,8 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
     out_bytes += p.second.nbytes();
   }
   // In place, the lines are in cache already: nothing to gain from streaming.
-  const bool stream = !in_place && out_bytes >= kStreamBytes;
+  const bool one_thread = at::get_num_threads() == 1 || at::in_parallel_region();
+  const bool stream = !in_place && out_bytes >= (one_thread ? kStreamBytesOneThread : kStreamBytes);
   const Kernels k = select_kernels(x0.scalar_type(), sin.scalar_type(), cos.scalar_type(), plan);
   if (x0.scalar_type() == at::kDouble) {
     run_blocks<double>(plan, tab, ops, k, stream, in_place);

@@ -264,6 +264,24 @@ def test_large_output_streams_and_stays_exact():
     assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_one_thread_streams_from_a_smaller_output_and_stays_exact(dtype):
+    # On one thread, outputs from 10 MiB (not 16) are written with non-temporal stores; 3D rows and
+    # 5 heads BNSD (batches of two heads and one of one).
+    g = torch.Generator().manual_seed(12)
+    y = mode_matrix("half", [44, 44, 40], dtype=dtype)
+    s = (11 << 20) // (5 * 128 * torch.tensor([], dtype=dtype).element_size())
+    x, sin, cos = (t.to(dtype) for t in inputs((1, 5, s), 128, g))
+    assert 10 << 20 <= x.numel() * x.element_size() < 16 << 20
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        out = op(x, y, sin, cos)
+    finally:
+        torch.set_num_threads(threads)
+    assert_bit_exact(out, rope_matrix_reference(x, y, sin, cos))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_few_table_rows_many_heads_split_over_threads(dtype):
     # Three table rows, 320 heads (122880 elements, above the size that runs on one thread): one
