@@ -136,8 +136,11 @@ def with_special_values(x, g):
 
 
 @needs_avx512
+@pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("d", [32, 64, 96, 128])
-def test_fp16_pair_permutations_take_the_word_rows_bit_exact(d):
+def test_fp16_pair_permutations_take_the_word_rows_bit_exact(monkeypatch, isa, d):
+    if isa:
+        monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
     # fp16 x whose rotate matrix moves whole pairs and whose groups read other pairs of the row
     # (3D modes; random pair permutations with swapped, all-zero and single zero columns) takes the
     # pair rows: the row held as words, partners formed by word permutes, converted by halves.
