@@ -1186,17 +1186,25 @@ void half_pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   chunk_table_run_rows<T, Src, 2 * NG>(plan, b, scratch, fast, never);
 }
 
+template <PairShape kShape, typename Src>
+RowsFn half_pair_rows_sized(int64_t D) {
+  switch (D / (2 * kLanes)) {
+    case 1: return &half_pair_rows<kShape, Src, 1>;
+    case 2: return &half_pair_rows<kShape, Src, 2>;
+    case 3: return &half_pair_rows<kShape, Src, 3>;
+    case 4: return &half_pair_rows<kShape, Src, 4>;
+    default: return nullptr;
+  }
+}
+
+// half_pair_rows for this plan, or nullptr where it has none (no pair plan, D not a multiple of 32
+// up to 128, or groups that are offset loads or their own pairs: the chunk rows' forms).
 template <typename Src>
 RowsFn half_pair_rows_fn(const RotatePlan& plan) {
-  const bool mixed = plan.pair_shape == PairShape::kMixed;
-  if (plan.pair_groups.empty() || plan.D != plan.Dp || (!mixed && plan.pair_shape != PairShape::kUnswapped)) {
-    return nullptr;
-  }
-  switch (plan.D / (2 * kLanes)) {
-    case 1: return mixed ? &half_pair_rows<PairShape::kMixed, Src, 1> : &half_pair_rows<PairShape::kUnswapped, Src, 1>;
-    case 2: return mixed ? &half_pair_rows<PairShape::kMixed, Src, 2> : &half_pair_rows<PairShape::kUnswapped, Src, 2>;
-    case 3: return mixed ? &half_pair_rows<PairShape::kMixed, Src, 3> : &half_pair_rows<PairShape::kUnswapped, Src, 3>;
-    case 4: return mixed ? &half_pair_rows<PairShape::kMixed, Src, 4> : &half_pair_rows<PairShape::kUnswapped, Src, 4>;
+  if (plan.pair_groups.empty() || plan.D != plan.Dp) return nullptr;
+  switch (plan.pair_shape) {
+    case PairShape::kMixed: return half_pair_rows_sized<PairShape::kMixed, Src>(plan.D);
+    case PairShape::kUnswapped: return half_pair_rows_sized<PairShape::kUnswapped, Src>(plan.D);
     default: return nullptr;
   }
 }
