@@ -5,6 +5,7 @@ import pytest
 import torch
 from npu_ops_transformer_ext.matrices import get_half_matrix
 from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference
+from special_values import special_values
 
 ops = torch.ops.npu_ops_transformer_ext
 op = ops.rope_matrix
@@ -125,11 +126,11 @@ def test_random_pair_permutations_bit_exact(monkeypatch, isa, d, group_limit):
 
 
 def with_special_values(x, g):
-    """x with a few infinities, NaNs, subnormals and signed zeros at random places."""
+    """x with each of special_values (NaN, infinities, signed zeros, subnormals, near-overflow
+    values) at three random places."""
     x = x.clone()
     flat = x.view(-1)
-    tiny = torch.finfo(x.dtype).tiny
-    specials = torch.tensor([float("inf"), -float("inf"), float("nan"), tiny / 4, -tiny / 8, 0.0, -0.0]).to(x.dtype)
+    specials = torch.tensor(special_values(x.dtype), dtype=torch.float64).to(x.dtype)
     where = torch.randint(0, flat.numel(), (3 * len(specials),), generator=g)
     flat[where] = specials.repeat(3)
     return x
