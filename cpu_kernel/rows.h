@@ -74,8 +74,8 @@ using TableFn = void (*)(const void* src, int64_t D, int64_t Dp, const uint32_t*
 // own dtype and rows that hold a table row in registers -- bf16 x with a pair plan, or the chunk
 // rows of the half rotation (an even number of chunks) and the interleave swap for D a multiple of
 // 16 up to kRowChunks chunks. (The other chunk rows and the fp16 pair rows, which hold the x row
-// in registers, keep fp32 tables: with raw ones, 3D [1, 24, 256, 128] on one thread was no faster in fp32 and 62 against
-// 66 us BSND but 90 against 77 BNSD in fp16.)
+// in registers, keep fp32 tables: with raw ones, 3D [1, 24, 256, 128] on one thread was no faster
+// in fp32 and 62 against 66 us BSND but 90 against 77 BNSD in fp16.)
 inline bool raw_tables(at::ScalarType x, at::ScalarType sin_t, at::ScalarType cos_t, const RotatePlan& plan) {
   if (sin_t != x || cos_t != x || !plan.is_perm || x == at::kDouble) return false;
   if (x == at::kBFloat16 && !plan.pair_groups.empty()) return true;
