@@ -9,19 +9,24 @@
 //   dx   = rope_matrix_backward(g, y, sin, cos)       (the registered helper op; its own autograd
 //                                                       formulas give the second derivatives)
 //   dcos = sum_b(g * x)
-//   dsin = sum_b(g * (x @ y))                         (x @ y = rope_matrix(x, y, 1, 0): the very
-//                                                       x @ y of the forward, rounded as the kernel does)
+//   dsin = sum_b(g * (x @ y))                         (x @ y = rope_matrix(x, y, 1, 0): the
+//                                                       x @ y of the forward, rounded as the kernel
+//                                                       does, wherever x is finite; x * 0 makes a
+//                                                       non-finite x[j] a NaN at j)
 //   dy   = X^T @ (g * sin)                            (X, g*sin flattened to [M, D])
 //
 // with sum_b the sum over the dims a table is broadcast on, float32 math (float64 for float64 x).
 // These are the formulas of python/npu_ops_transformer_ext/autograd.py, which documents them and
 // keeps the helper ops' own autograd. x is saved only when y, sin or cos requires grad.
+// Forward-mode AD is not implemented: an input carrying a forward-mode tangent is refused.
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <initializer_list>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace npu_ops_transformer_ext {
@@ -94,14 +99,26 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> table_grads(
       add(dsin, reduce_to(g_ * xy.to(acc), sin.sizes()));
     }
     if (need_y) {
-      const at::Tensor gs = (g_ * sin.to(acc)).reshape({-1, d});
-      add(dy, x.to(acc).reshape({-1, d}).t().mm(gs));
+      // [M, D] (flatten, not reshape({-1, d}): D may be 0)
+      const at::Tensor gs = (g_ * sin.to(acc)).flatten(0, -2);
+      add(dy, x.to(acc).flatten(0, -2).t().mm(gs));
     }
   }
   const auto cast = [](const at::Tensor& t, const at::Tensor& ref) {
     return t.defined() ? t.to(ref.scalar_type()) : t;
   };
   return {cast(dy, y), cast(dsin, sin), cast(dcos, cos)};
+}
+
+// Forward-mode AD (torch.autograd.forward_ad, torch.func.jvp and jacfwd) is not implemented: a call
+// whose inputs carry a forward-mode tangent is refused, naming the input, instead of returning an
+// output without its tangent.
+void refuse_forward_ad(const char* op, std::initializer_list<std::pair<const char*, const at::Tensor*>> named) {
+  for (const auto& [name, t] : named) {
+    TORCH_CHECK(!(t->defined() && t->_fw_grad(/*level=*/0).defined()), op, ": ", name,
+                " carries a forward-mode tangent (torch.autograd.forward_ad, torch.func.jvp or jacfwd); "
+                "forward-mode AD is not supported, use reverse mode (backward(), torch.autograd.grad)");
+  }
 }
 
 bool needs_grad(std::initializer_list<const at::Tensor*> ts) {
@@ -166,6 +183,7 @@ struct RopeMatrixQkFn : public torch::autograd::Function<RopeMatrixQkFn> {
 
 at::Tensor rope_matrix_autograd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
                                 const at::Tensor& cos) {
+  refuse_forward_ad("rope_matrix", {{"x", &x}, {"mat", &y}, {"sin", &sin}, {"cos", &cos}});
   if (!needs_grad({&x, &y, &sin, &cos})) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return op_rope().call(x, y, sin, cos);
@@ -176,6 +194,7 @@ at::Tensor rope_matrix_autograd(const at::Tensor& x, const at::Tensor& y, const 
 std::tuple<at::Tensor, at::Tensor> rope_matrix_qk_autograd(const at::Tensor& q, const at::Tensor& k,
                                                            const at::Tensor& y, const at::Tensor& sin,
                                                            const at::Tensor& cos) {
+  refuse_forward_ad("rope_matrix_qk", {{"q", &q}, {"k", &k}, {"mat", &y}, {"sin", &sin}, {"cos", &cos}});
   if (!needs_grad({&q, &k, &y, &sin, &cos})) {
     at::AutoDispatchBelowADInplaceOrView guard;
     return op_qk().call(q, k, y, sin, cos);
@@ -198,6 +217,7 @@ const c10::TypedOperatorHandle<InplaceSig>& op_inplace() {
 // gradient.
 void rope_matrix_inplace_autograd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
                                   const at::Tensor& cos) {
+  refuse_forward_ad("rope_matrix_", {{"x", &x}, {"mat", &y}, {"sin", &sin}, {"cos", &cos}});
   TORCH_CHECK(!x.requires_grad(),
               "rope_matrix_: x requires grad; the in-place op is for inference and cannot be "
               "differentiated. Use rope_matrix (out of place) for training, or pass a tensor that "

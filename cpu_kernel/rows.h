@@ -99,6 +99,10 @@ struct Kernels {
   const char* rows_kind;  // RowsChoice::kind
 };
 
+// Throws the ValueError of an invalid NPU_OPS_CPU_ISA (select_kernels does too), for calls that
+// move nothing and so select no kernel.
+void check_isa_setting();
+
 // The best kernels for these dtypes on this CPU, chosen once per call.
 // NPU_OPS_CPU_ISA=generic (or avx2, avx512) caps the choice, for tests and comparisons.
 Kernels select_kernels(at::ScalarType x_dtype, at::ScalarType sin_dtype, at::ScalarType cos_dtype,

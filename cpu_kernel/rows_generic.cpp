@@ -53,6 +53,8 @@ int isa_level() {
 
 }  // namespace
 
+void check_isa_setting() { (void)isa_level(); }
+
 RowsFn generic_rows_fn(at::ScalarType t, bool is_perm) { return portable::rows_fn(t, is_perm); }
 
 TableFn generic_table_fn(at::ScalarType table_dtype, at::ScalarType x_dtype) {

@@ -454,3 +454,72 @@ def test_second_derivatives_low_precision(dtype):
             cos.clone().requires_grad_(),
         ),
     )
+
+
+def test_forward_mode_ad_is_refused_naming_the_input():
+    # Forward-mode AD is not implemented: no call may return an output without its tangent.
+    import torch.autograd.forward_ad as fwAD
+    from torch.func import jacfwd, jvp
+
+    y = matrices.get_half_matrix(D)
+    sin, cos, x = torch.randn(3, 4, D).unbind(0)
+    msg = "forward-mode AD is not supported"
+    with pytest.raises(RuntimeError, match=f"rope_matrix: x carries a forward-mode tangent.*{msg}"):
+        jvp(lambda t: OPS.rope_matrix(t, y, sin, cos), (x,), (torch.ones_like(x),))
+    with pytest.raises(RuntimeError, match=f"rope_matrix: x carries.*{msg}"):
+        jacfwd(lambda t: ext.rope_matrix(t, y, sin, cos))(x)
+    with fwAD.dual_level():
+        dual = lambda t: fwAD.make_dual(t, torch.ones_like(t))
+        with pytest.raises(RuntimeError, match=f"rope_matrix: sin carries.*{msg}"):
+            OPS.rope_matrix(x, y, dual(sin), cos)
+        with pytest.raises(RuntimeError, match=f"rope_matrix: x carries.*{msg}"):
+            OPS.rope_matrix(dual(x.clone().requires_grad_()), y, sin, cos)
+        with pytest.raises(RuntimeError, match=f"rope_matrix_qk: k carries.*{msg}"):
+            OPS.rope_matrix_qk(x, dual(x), y, sin, cos)
+        xd = dual(x.clone())
+        before = fwAD.unpack_dual(xd).primal.clone()
+        with pytest.raises(RuntimeError, match=f"rope_matrix_: x carries.*{msg}"):
+            OPS.rope_matrix_(xd, y, sin, cos)
+        assert torch.equal(fwAD.unpack_dual(xd).primal, before)  # refused before writing
+
+
+@pytest.mark.parametrize(
+    "call,msg",
+    [
+        (lambda g, y, s, c: OPS.rope_matrix_backward(g, torch.eye(D + 1), s, c),
+         r"rope_matrix_backward: mat must be \[D, D\] with D = grad.size\(-1\) = 12, got \[13, 13\]"),
+        (lambda g, y, s, c: OPS.rope_matrix_backward(g, y, s[:, :4], c),
+         r"rope_matrix_backward: sin must have last dim D = grad.size\(-1\) = 12, got \[4, 4\]"),
+        (lambda g, y, s, c: OPS.rope_matrix_qk_backward(g, g[..., :8], y, s, c),
+         r"rope_matrix_qk_backward: mat must be \[D, D\] with D = grad_k.size\(-1\) = 8"),
+    ],
+)
+def test_backward_helper_ops_check_their_inputs(call, msg):
+    # The x-gradient helper ops are public ops too: a bad call names the argument, as the forward does,
+    # eagerly and while tracing.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    g = torch.randn(2, 4, D)
+    y = matrices.get_half_matrix(D)
+    sin, cos = torch.randn(2, 4, D).unbind(0)
+    with pytest.raises(ValueError, match=msg):
+        call(g, y, sin, cos)
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(t) for t in (g, y, sin, cos)]
+        with pytest.raises(ValueError, match=msg):
+            call(*fake)
+
+
+def test_empty_head_dim_backward_gives_empty_gradients():
+    # D = 0 is accepted by the forward (an empty result); its backward must not fail either.
+    x = torch.randn(2, 3, 0, requires_grad=True)
+    y = torch.zeros(0, 0, requires_grad=True)
+    sin = torch.zeros(3, 0, requires_grad=True)
+    cos = torch.zeros(3, 0, requires_grad=True)
+    OPS.rope_matrix(x, y, sin, cos).sum().backward()
+    for t in (x, y, sin, cos):
+        assert t.grad is not None and t.grad.shape == t.shape
+    q, k = torch.randn(2, 3, 0, requires_grad=True), torch.randn(1, 3, 0, requires_grad=True)
+    qo, ko = OPS.rope_matrix_qk(q, k, y, sin, cos)
+    (qo.sum() + ko.sum()).backward()
+    assert q.grad.shape == q.shape and k.grad.shape == k.shape

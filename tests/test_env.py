@@ -90,3 +90,20 @@ def test_output_cache_invalid_values_are_rejected():
         assert not res["ok"] and res["type"] == "ValueError", (value, res)
         assert f'NPU_OPS_CPU_OUTPUT_CACHE_MB="{value}"' in res["msg"]
         assert "whole number of MiB" in res["msg"] and "0 turns the cache off" in res["msg"]
+
+
+def test_isa_invalid_value_is_rejected_by_a_call_that_moves_nothing():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NPU_OPS_CPU_")}
+    env["NPU_OPS_CPU_ISA"] = "avx3"
+    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
+    script = (
+        "import torch, npu_ops_transformer_ext as ext\n"
+        "try:\n"
+        "    ext.rope_matrix(torch.randn(2, 0, 8), ext.get_half_matrix(8), torch.randn(0, 8), torch.randn(0, 8))\n"
+        "    print('accepted')\n"
+        "except ValueError as e:\n"
+        "    print(str(e).splitlines()[0])\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr
+    assert 'NPU_OPS_CPU_ISA="avx3" is not valid' in r.stdout

@@ -254,3 +254,20 @@ def test_fake_kernel_refuses_like_eager():
             ops.rope_matrix_(fx, fm, fs, fc)
         q = mode.from_tensor(torch.randn(2, 4, 3, 64).bfloat16())[:, :, 0]
         ops.rope_matrix_(q, fm, fs, fc)  # a packed view is fine
+
+
+def test_inference_tensor_outside_inference_mode_is_refused_untouched():
+    # As torch's own in-place ops: an inference tensor has no version counter to bump.
+    sin, cos = _tables(8, 64)
+    with torch.inference_mode():
+        x = torch.randn(2, 8, 64)
+    before = x.clone()
+    with pytest.raises(RuntimeError, match=r"rope_matrix_: x is an inference tensor .*torch.inference_mode\(\)"):
+        ext.rope_matrix_(x, get_half_matrix(64), sin, cos)
+    assert torch.equal(x, before)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:  # the fake kernel says the same while tracing
+        fx = mode.from_tensor(x)
+        with pytest.raises(RuntimeError, match="rope_matrix_: x is an inference tensor"):
+            ops.rope_matrix_(fx, mode.from_tensor(get_half_matrix(64)), mode.from_tensor(sin), mode.from_tensor(cos))

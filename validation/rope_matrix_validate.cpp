@@ -1,5 +1,7 @@
 #include "rope_matrix_validate.h"
 
+#include <c10/core/InferenceMode.h>
+
 #include <algorithm>
 #include <cctype>
 #include <sstream>
@@ -136,6 +138,9 @@ RopeOperands check_rope_matrix_inputs(const char* op, const at::Tensor& x, const
 RopeOperands check_rope_matrix_qk_inputs(const char* op, const at::Tensor& q, const at::Tensor& k,
                                          const at::Tensor& mat, const at::Tensor& sin, const at::Tensor& cos) {
   const RopeOperands r = check_rope_matrix_inputs(op, q, mat, sin, cos, "q");
+  TORCH_CHECK_VALUE(!k.defined() || k.dim() < kMinXRank || k.size(-1) == q.size(-1), op,
+                    ": q and k must have the same last dim D, got q ", shape_str(q.sizes()), " and k ",
+                    shape_str(k.sizes()));
   check_rope_matrix_inputs(op, k, mat, sin, cos, "k");
   TORCH_CHECK_TYPE(q.scalar_type() == k.scalar_type(), op, ": q and k must have the same dtype, got ",
                    dtype_name(q.scalar_type()), " and ", dtype_name(k.scalar_type()),
@@ -294,6 +299,10 @@ SharedMemory shared_memory(const at::Tensor& x, const at::Tensor& t) {
 
 void check_rope_matrix_inplace(const char* op, const at::Tensor& x, const at::Tensor& mat,
                                const at::Tensor& sin, const at::Tensor& cos) {
+  // torch's own in-place ops refuse this too (an inference tensor has no version counter).
+  TORCH_CHECK(!x.is_inference() || c10::InferenceMode::is_enabled(), op,
+              ": x is an inference tensor (made under torch.inference_mode()), which cannot be updated "
+              "in place outside inference mode; call it under torch.inference_mode(), or pass x.clone()");
   const InternalOverlap self = internal_overlap(x);
   TORCH_CHECK_VALUE(self != InternalOverlap::kYes, op,
                     ": x overlaps itself (two of its elements are the same memory, e.g. an expanded "

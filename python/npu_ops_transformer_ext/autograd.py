@@ -27,8 +27,11 @@ torch.compile traces through ``register_autograd`` formulas and keeps the helper
 node that makes the choice at run time.
 
 **Table and matrix gradients** are plain torch (float32 math), with ``x @ y`` taken from the op
-itself (``rope_matrix(x, y, 1, 0)``) so it is the very ``x @ y`` of the forward (rounded to x's
-dtype, as the kernel rounds it). ``x`` is saved for backward only when y, sin or cos requires grad.
+itself (``rope_matrix(x, y, 1, 0)``) so it is the ``x @ y`` of the forward (rounded to x's
+dtype, as the kernel rounds it) wherever x is finite; its ``x * 0`` makes an infinite or NaN
+``x[..., j]`` a NaN at j. ``x`` is saved for backward only when y, sin or cos requires grad.
+Forward-mode AD is not implemented: the C++ autograd kernels refuse an input that carries a
+forward-mode tangent.
 
 **Second derivatives.** The helper ops have autograd formulas of their own, composed of the
 registered ops (the x-gradient of the x-gradient is the forward, ``rope_matrix(h, y, sin, cos)``;
@@ -48,6 +51,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from .ops import check_inputs
 
 _NS = "npu_ops_transformer_ext"
 _ops = torch.ops.npu_ops_transformer_ext
@@ -127,8 +132,22 @@ def _dx_general(g: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
 _lib = torch.library.Library(_NS, "IMPL")
 
 
+def _check_backward(grad: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> None:
+    """The forward's checks on the helper op's inputs, grad in the place of x."""
+    check_inputs("rope_matrix_backward", grad, y, sin, cos, "grad")
+
+
+def _check_qk_backward(grad_q: Tensor, grad_k: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> None:
+    op = "rope_matrix_qk_backward"
+    check_inputs(op, grad_q, y, sin, cos, "grad_q")
+    check_inputs(op, grad_k, y, sin, cos, "grad_k")
+
+
 def _rope_matrix_backward(grad: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
     """x-gradient of ``rope_matrix``: ``grad * cos + (grad * sin) @ y^T`` (see the module doc)."""
+    _check_backward(grad, y, sin, cos)
+    if grad.numel() == 0:
+        return torch.empty_like(grad, memory_format=torch.contiguous_format)
     yt = y.t().contiguous()
     s = _dx_table(y, sin)
     if s is not None:
@@ -138,6 +157,7 @@ def _rope_matrix_backward(grad: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> 
 
 @torch.library.register_fake(f"{_NS}::rope_matrix_backward")
 def _(grad, y, sin, cos):
+    _check_backward(grad, y, sin, cos)
     return torch.empty(grad.shape, dtype=grad.dtype, device=grad.device)
 
 
@@ -145,6 +165,9 @@ def _rope_matrix_qk_backward(
     grad_q: Tensor, grad_k: Tensor, y: Tensor, sin: Tensor, cos: Tensor
 ) -> tuple[Tensor, Tensor]:
     """x-gradients of ``rope_matrix_qk`` for q and k, in one ``rope_matrix_qk`` call when possible."""
+    _check_qk_backward(grad_q, grad_k, y, sin, cos)
+    if grad_q.numel() == 0 or grad_k.numel() == 0:  # nothing to move (D = 0 or an empty q or k)
+        return _rope_matrix_backward(grad_q, y, sin, cos), _rope_matrix_backward(grad_k, y, sin, cos)
     yt = y.t().contiguous()
     s = _dx_table(y, sin)
     if s is not None:
@@ -154,6 +177,7 @@ def _rope_matrix_qk_backward(
 
 @torch.library.register_fake(f"{_NS}::rope_matrix_qk_backward")
 def _(grad_q, grad_k, y, sin, cos):
+    _check_qk_backward(grad_q, grad_k, y, sin, cos)
     return (
         torch.empty(grad_q.shape, dtype=grad_q.dtype, device=grad_q.device),
         torch.empty(grad_k.shape, dtype=grad_k.dtype, device=grad_k.device),
@@ -188,8 +212,8 @@ def _table_grads(pairs, y, sin, cos, need_y, need_sin, need_cos):
             t = _reduce_to(g_ * xy.to(acc), sin.shape)
             dsin = t if dsin is None else dsin + t
         if need_y:
-            gs = (g_ * sin.to(acc)).reshape(-1, d)
-            t = x.to(acc).reshape(-1, d).t() @ gs
+            gs = (g_ * sin.to(acc)).flatten(0, -2)  # [M, D] (D may be 0)
+            t = x.to(acc).flatten(0, -2).t() @ gs
             dy = t if dy is None else dy + t
     cast = lambda t, ref: None if t is None else t.to(ref.dtype)
     return cast(dy, y), cast(dsin, sin), cast(dcos, cos)

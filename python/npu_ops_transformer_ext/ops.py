@@ -169,6 +169,10 @@ def _rope_matrix_fake(x, mat, sin, cos):
 @torch.library.register_fake(f"{_NS}::rope_matrix_qk")
 def _rope_matrix_qk_fake(q, k, mat, sin, cos):
     check_inputs("rope_matrix_qk", q, mat, sin, cos, "q")
+    torch._check_value(
+        k.dim() < 2 or k.shape[-1] == q.shape[-1],
+        lambda: f"rope_matrix_qk: q and k must have the same last dim D, got q {list(q.shape)} and k {list(k.shape)}",
+    )
     check_inputs("rope_matrix_qk", k, mat, sin, cos, "k")
     torch._check_type(
         q.dtype == k.dtype, lambda: f"rope_matrix_qk: q and k must have the same dtype, got {dtype_name(q.dtype)} and "
@@ -212,8 +216,14 @@ def _overlaps_itself(x) -> bool | None:
 
 
 def check_inplace(op: str, x: torch.Tensor) -> None:
-    """The in-place checks the fake kernel can make: x must not overlap itself. (Whether x shares
-    memory with mat, sin or cos is decided on the real tensors, by every backend.)"""
+    """The in-place checks the fake kernel can make: x must not be an inference tensor outside
+    inference mode, nor overlap itself. (Whether x shares memory with mat, sin or cos is decided on
+    the real tensors, by every backend.)"""
+    torch._check(
+        not x.is_inference() or torch.is_inference_mode_enabled(),
+        lambda: f"{op}: x is an inference tensor (made under torch.inference_mode()), which cannot be "
+        "updated in place outside inference mode; call it under torch.inference_mode(), or pass x.clone()",
+    )
     torch._check_value(
         _overlaps_itself(x) is not True,
         lambda: f"{op}: x overlaps itself (two of its elements are the same memory, e.g. an expanded "
