@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include "cpu_kernel/fixed_perms.h"
 #include "cpu_kernel/rows.h"

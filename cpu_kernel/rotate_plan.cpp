@@ -1,5 +1,7 @@
 #include "cpu_kernel/rotate_plan.h"
 
+#include "cpu_kernel/fixed_perms.h"
+
 #include <algorithm>
 #include <cstring>
 #include <mutex>
@@ -148,6 +150,7 @@ RotatePlan make_rotate_plan(const at::Tensor& y) {
     plan.chunks_half_rotation = is_half_rotation(plan.chunks);
     plan.pair_groups = plan_pair_groups(plan.partner, D);
     plan.pair_shape = pair_shape(plan.pair_groups);
+    plan.fixed_perm = find_fixed_perm(plan.partner);
     plan.pair_swap = D % 2 == 0;
     for (int64_t j = 0; j < D; ++j) {
       const int32_t p = plan.partner[j];

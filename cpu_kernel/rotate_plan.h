@@ -127,6 +127,8 @@ struct RotatePlan {
   };
   std::vector<Run> runs;
   bool pair_swap = false;
+  // Which of the fixed permutations (fixed_perms.h) the partners are, or -1.
+  int32_t fixed_perm = -1;
   // Dense: y as double and as float, row-major [D][Dp] with zero padding.
   std::vector<double> y64;
   std::vector<float> y32;

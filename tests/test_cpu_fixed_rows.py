@@ -1,0 +1,118 @@
+"""The CPU kernel's fixed rows (cpu_kernel/fixed_perms.h, rows_avx512_impl.h): fp16 and fp32 x whose
+rotate matrix is rotate_half within the sections of one of the D = 128 splits compiled in (any
+signs) take rows whose permutes are constants; bit-exact on special values, every batch shape, in
+place and streamed; anything else, however close, takes the general rows."""
+import pytest
+import torch
+from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference
+from npu_ops_transformer_ext.tables import HUNYUAN_VIDEO_SPLIT, SEED_3D_SPLIT, WAN_SPLIT
+from special_values import assert_bit_exact, cpu_isa, special_values
+
+ops = torch.ops.npu_ops_transformer_ext
+
+FIXED_SPLITS = [list(SEED_3D_SPLIT), list(WAN_SPLIT), list(HUNYUAN_VIDEO_SPLIT), [64, 64]]
+DTYPES = [torch.float16, torch.float32]
+
+
+def _has_avx512() -> bool:
+    x = torch.zeros(1, 128, dtype=torch.float16)
+    return ops._cpu_kernel_choice(x, mode_matrix("half", [128]), x.float(), x.float()).startswith("avx512")
+
+
+pytestmark = pytest.mark.skipif(not _has_avx512(), reason="this CPU has no AVX-512")
+# Both AVX-512 families: the default (with AVX512_BF16 where the CPU has it) and AVX-512 without it.
+ISAS = [None, "avx512"]
+
+
+def signed(y, g):
+    """y with each column's sign flipped at random (the rows fold the signs into sin)."""
+    flip = torch.randint(0, 2, (y.shape[1],), generator=g).to(y.dtype) * 2 - 1
+    return y * flip
+
+
+def operands(shape, d, dtype, table_dtype, g, specials=True):
+    """x of `shape + (d,)` (BNSD: S = shape[-1]) and [S, d] tables; x with every special value of its
+    dtype at random places, sin and cos too."""
+    x = torch.randn(*shape, d, generator=g).to(dtype)
+    s = shape[-1]
+    sin = torch.randn(s, d, generator=g).to(table_dtype)
+    cos = torch.randn(s, d, generator=g).to(table_dtype)
+    if specials:
+        for t in (x, sin, cos):
+            flat = t.view(-1)
+            vals = torch.tensor(special_values(t.dtype), dtype=torch.float64).to(t.dtype)
+            where = torch.randint(0, flat.numel(), (2 * len(vals),), generator=g)
+            flat[where] = vals.repeat(2)
+    return x, sin, cos
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("split", FIXED_SPLITS, ids=lambda s: "+".join(map(str, s)))
+def test_fixed_splits_take_the_fixed_rows_bit_exact(isa, dtype, split):
+    g = torch.Generator().manual_seed(sum(split) * 7 + len(split) + (dtype == torch.float16))
+    with cpu_isa(isa):
+        for table_dtype in (dtype, torch.float32):
+            y = signed(mode_matrix("half", split, dtype=dtype), g)
+            # BNSD with 5 heads (batches of two heads per table row, and one of one: table values
+            # read where used), BSND (every head of a position shares its table row), one head.
+            for shape in ((2, 5, 19), (1, 1, 23)):
+                x, sin, cos = operands(shape, 128, dtype, table_dtype, g)
+                assert ops._cpu_kernel_choice(x, y, sin, cos).endswith("/fixed")
+                assert_bit_exact(ops.rope_matrix(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos), str(shape))
+            x, sin, cos = operands((2, 6, 19), 128, dtype, table_dtype, g)
+            x_bsnd = x.transpose(1, 2).contiguous()  # [2, 19, 6, 128]: S = 19, 6 heads
+            sin, cos = sin[:, None], cos[:, None]  # [S, 1, D]
+            assert ops._cpu_kernel_choice(x_bsnd, y, sin, cos).endswith("/fixed")
+            assert_bit_exact(ops.rope_matrix(x_bsnd, y, sin, cos), rope_matrix_reference(x_bsnd, y, sin, cos), "BSND")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_fixed_rows_in_place_and_streamed(dtype):
+    g = torch.Generator().manual_seed(5)
+    y = signed(mode_matrix("half", list(SEED_3D_SPLIT), dtype=dtype), g)
+    x, sin, cos = operands((2, 6, 17), 128, dtype, torch.float32, g)
+    ref = rope_matrix_reference(x, y, sin, cos)
+    ops.rope_matrix_(x, y, sin, cos)
+    assert_bit_exact(x, ref, "in place")
+    # An output of 16 MiB and more is written with non-temporal stores.
+    x, sin, cos = operands((1, 9, 7300), 128, dtype, dtype, g, specials=False)
+    assert x.numel() * x.element_size() >= 16 << 20
+    assert ops._cpu_kernel_choice(x, y, sin, cos).endswith("/fixed")
+    assert_bit_exact(ops.rope_matrix(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos), "streamed")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_near_misses_take_the_general_rows(dtype):
+    g = torch.Generator().manual_seed(9)
+    seed = mode_matrix("half", list(SEED_3D_SPLIT), dtype=dtype)
+    swapped = seed.clone()
+    swapped[:, [3, 70]] = swapped[:, [70, 3]]  # two columns' partners exchanged
+    zeroed = seed.clone()
+    zeroed[:, 5] = 0  # a column without a partner
+    others = [
+        swapped,
+        zeroed,
+        mode_matrix("interleave", list(SEED_3D_SPLIT), dtype=dtype),
+        mode_matrix("half", [40, 48, 40], dtype=dtype),
+        mode_matrix("half", [128], dtype=dtype),
+    ]
+    x, sin, cos = operands((2, 3, 11), 128, dtype, torch.float32, g)
+    for y in others:
+        assert not ops._cpu_kernel_choice(x, y, sin, cos).endswith("/fixed")
+        assert_bit_exact(ops.rope_matrix(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+    # Another D: the general rows.
+    x64, s64, c64 = operands((2, 3, 11), 64, dtype, torch.float32, g)
+    y64 = mode_matrix("half", [22, 22, 20], dtype=dtype)
+    assert not ops._cpu_kernel_choice(x64, y64, s64, c64).endswith("/fixed")
+    assert_bit_exact(ops.rope_matrix(x64, y64, s64, c64), rope_matrix_reference(x64, y64, s64, c64))
+
+
+def test_bf16_keeps_the_pair_rows():
+    g = torch.Generator().manual_seed(3)
+    x, sin, cos = operands((2, 3, 11), 128, torch.bfloat16, torch.bfloat16, g)
+    for split in FIXED_SPLITS:
+        y = mode_matrix("half", split, dtype=torch.bfloat16)
+        kind = ops._cpu_kernel_choice(x, y, sin, cos)
+        assert "/fixed" not in kind, kind
+        assert_bit_exact(ops.rope_matrix(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
