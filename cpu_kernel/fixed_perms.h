@@ -3,8 +3,9 @@
 // section of the D = 128 splits that 2D and 3D RoPE use. A plan whose partner columns equal one of
 // them (signs are folded into sin, so any signs) takes rows whose permutes, source registers and
 // index vectors are constants: at most three register operations per 16 partners, where the rows
-// for any permutation read the plan at run time and take up to four permutes and four blends. Any
-// other permutation keeps the general rows.
+// for any permutation read the plan at run time and take up to four permutes and four blends (bf16
+// x: the rows of its pair plan, two word permutes and a blend per 32 words, then a split of each).
+// Any other permutation keeps the general rows.
 #include <cstdint>
 #include <vector>
 

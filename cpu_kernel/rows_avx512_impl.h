@@ -551,41 +551,61 @@ struct alignas(64) FixedChunk {
   bool in_order;         // one source, lane l from lane l: no permute
 };
 
-template <int K>
+// Where element j of a row lies among the row's 8 vectors: in natural order (vector j / 16, lane
+// j % 16), or -- kPairs, the bf16 pair rows' layout -- group j / 32's even elements then its odd
+// ones.
+template <bool kPairs>
+constexpr int32_t fixed_vector_of(int32_t j) {
+  return kPairs ? 2 * (j / (2 * kLanes)) + j % 2 : j / kLanes;
+}
+template <bool kPairs>
+constexpr int32_t fixed_lane_of(int32_t j) {
+  return kPairs ? (j % (2 * kLanes)) / 2 : j % kLanes;
+}
+template <bool kPairs>
+constexpr int32_t fixed_element(int c, int l) {
+  return kPairs ? (c / 2) * 2 * kLanes + 2 * l + c % 2 : c * kLanes + l;
+}
+
+template <int K, bool kPairs>
 constexpr FixedChunk fixed_chunk(int c) {
   FixedChunk f{};
   for (int l = 0; l < kLanes; ++l) {
-    const int32_t v = fixed_partner(K, c * kLanes + l) / kLanes;
+    const int32_t v = fixed_vector_of<kPairs>(fixed_partner(K, fixed_element<kPairs>(c, l)));
     bool seen = false;
-    for (int k = 0; k < f.nsrc; ++k) seen = seen || f.src[k] == v;
-    if (!seen) f.src[f.nsrc++] = v;
+    for (int k = 0; k < f.nsrc && k < 4; ++k) seen = seen || f.src[k] == v;
+    if (!seen) {
+      if (f.nsrc < 4) f.src[f.nsrc] = v;
+      ++f.nsrc;  // more than 4: rejected by fixed_partners' static_assert
+    }
   }
   f.in_order = f.nsrc == 1;
-  for (int l = 0; l < kLanes; ++l) {
-    const int32_t p = fixed_partner(K, c * kLanes + l);
+  for (int l = 0; l < kLanes && f.nsrc <= 4; ++l) {
+    const int32_t p = fixed_partner(K, fixed_element<kPairs>(c, l));
     int k = 0;
-    while (f.src[k] != p / kLanes) ++k;
-    f.in_order = f.in_order && p % kLanes == l;
+    while (f.src[k] != fixed_vector_of<kPairs>(p)) ++k;
+    f.in_order = f.in_order && fixed_lane_of<kPairs>(p) == l;
     if (k < 2) {
-      f.idx0[l] = k * kLanes + p % kLanes;
+      f.idx0[l] = k * kLanes + fixed_lane_of<kPairs>(p);
     } else {
-      f.idx1[l] = (k - 2) * kLanes + p % kLanes;
+      f.idx1[l] = (k - 2) * kLanes + fixed_lane_of<kPairs>(p);
       f.second |= 1u << l;
     }
   }
   return f;
 }
 
-template <int K, int C>
+template <int K, bool kPairs, int C>
 struct FixedChunkOf {
-  static constexpr FixedChunk value = fixed_chunk<K>(C);
+  static constexpr FixedChunk value = fixed_chunk<K, kPairs>(C);
 };
 
 static_assert(kFixedPermD == 8 * kLanes, "the fixed rows hold a row as 8 vectors");
 
-template <int K, int C>
+template <int K, bool kPairs, int C>
 NPU_OPS_ROW_INLINE __m512 fixed_partners(const __m512 (&v)[8]) {
-  constexpr const FixedChunk& f = FixedChunkOf<K, C>::value;
+  constexpr const FixedChunk& f = FixedChunkOf<K, kPairs, C>::value;
+  static_assert(f.nsrc >= 1 && f.nsrc <= 4, "a fixed row's chunk takes its partners from 1 to 4 vectors");
   if constexpr (f.in_order) {
     return v[f.src[0]];
   } else if constexpr (f.nsrc == 1) {
@@ -610,7 +630,7 @@ NPU_OPS_ROW_INLINE __mmask16 fixed_row(const T* x, T* out, const Tables& t, std:
   ((v[C] = Io<T>::load(x + C * kLanes, 0xFFFF)), ...);
   __mmask16 fixup = 0;
   ((chunk_store<T, kStream, kChecked>(
-       out + C * kLanes, _mm512_add_ps(_mm512_mul_ps(v[C], t.cos(C)), _mm512_mul_ps(fixed_partners<K, C>(v), t.sin(C))),
+       out + C * kLanes, _mm512_add_ps(_mm512_mul_ps(v[C], t.cos(C)), _mm512_mul_ps(fixed_partners<K, false, C>(v), t.sin(C))),
        0xFFFF, fixup)),
    ...);
   return fixup;
@@ -1137,6 +1157,61 @@ NPU_OPS_ROW_INLINE uint32_t pair_row_words(const PairGroupPlan* groups, const c1
   return fixup;
 }
 
+// bf16 x, the fixed permutations with a pair plan: the row as the pair rows split it (group g's
+// even elements, then its odd ones, as fp32: one shift or AND each, no widening), the partners
+// formed from those vectors as above, the tables in the pair rows' layout (PairWordTables,
+// PairRegTables, PairMemTables) and the results rounded back by pairs (pair_store).
+template <int K, bool kStream, bool kChecked, typename Tables, int... G>
+NPU_OPS_ROW_INLINE uint32_t fixed_pair_row(const c10::BFloat16* x, c10::BFloat16* out, const Tables& t,
+                                           std::integer_sequence<int, G...>) {
+  __m512 v[8];
+  ((v[2 * G] = even_fp32(_mm512_loadu_si512(x + G * 2 * kLanes)),
+    v[2 * G + 1] = odd_fp32(_mm512_loadu_si512(x + G * 2 * kLanes))),
+   ...);
+  __mmask16 fixup = 0;
+  ((pair_store<kStream, kChecked>(
+       out + G * 2 * kLanes,
+       _mm512_add_ps(_mm512_mul_ps(v[2 * G], t.cos(2 * G)), _mm512_mul_ps(fixed_partners<K, true, 2 * G>(v), t.sin(2 * G))),
+       _mm512_add_ps(_mm512_mul_ps(v[2 * G + 1], t.cos(2 * G + 1)),
+                     _mm512_mul_ps(fixed_partners<K, true, 2 * G + 1>(v), t.sin(2 * G + 1))),
+       fixup)),
+   ...);
+  return fixup;
+}
+
+template <typename Src, int K>
+void fixed_pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
+  using T = c10::BFloat16;
+  using Groups = std::make_integer_sequence<int, 4>;
+  const uint16_t* sign16 = plan.sign16.data();
+  const auto fast = [](const T* x, T* out, const auto& t, const void*, const void*, auto stream) {
+    return fixed_pair_row<K, decltype(stream)::value, false>(x, out, t, Groups{});
+  };
+  const auto exact = [=](const T* x, T* out, const void* cs, const void* sn, auto stream) {
+    fixed_pair_row<K, decltype(stream)::value, true>(x, out, PairMemTables<Src>{cs, sn, sign16}, Groups{});
+  };
+  if (b.hn >= kRegTablesMinRows) {
+    const auto regs = [=](const void* cs, const void* sn) {
+      if constexpr (std::is_same_v<Src, PairTablesBf16>) {
+        return PairWordTables<4>(cs, sn, sign16);
+      } else {
+        return PairRegTables<Src, 4>(cs, sn, sign16);
+      }
+    };
+    table_run_rows<T>(plan, b, scratch, 64, regs, fast, exact);
+  } else {
+    const auto mem = [=](const void* cs, const void* sn) { return PairMemTables<Src>{cs, sn, sign16}; };
+    table_run_rows<T>(plan, b, scratch, 64, mem, fast, exact);
+  }
+}
+
+template <typename Src, int... K>
+RowsFn fixed_pair_rows_fn(int32_t k, std::integer_sequence<int, K...>) {
+  RowsFn fn = nullptr;
+  ((fn = k == K ? &fixed_pair_rows<Src, K> : fn), ...);
+  return fn;
+}
+
 template <PairShape kShape, int NG, bool kStream, typename Tables>
 NPU_OPS_ROW_INLINE uint32_t pair_row_regs(const PairGroupPlan* groups, const c10::BFloat16* x, c10::BFloat16* out,
                               const Tables& t) {
@@ -1359,15 +1434,19 @@ RowsChoice pick(const RotatePlan& plan, bool raw_tables) {
 #endif
     return {&dense_rows<T>, "dense"};
   }
-  // fp16 and fp32 x: the fixed rows where the plan is one of the fixed permutations (they read fp32
-  // tables: raw_tables is false for these plans). bf16 x keeps the pair rows, as fast in the op
-  // (3D 44+44+40 [1, 24, 256, 128], one thread, per row: BNSD 9.4 against 9.8 ns, BSND 7.8 against
-  // 7.6).
-  if constexpr (!std::is_same_v<T, c10::BFloat16>) {
-    if (plan.fixed_perm >= 0) {
-      return {fixed_rows_fn<T, ChunkTablesF32>(plan.fixed_perm, std::make_integer_sequence<int, kNumFixedPerms>{}),
-              "fixed"};
+  // The fixed rows where the plan is one of the fixed permutations: for bf16 x with a pair plan in
+  // the pair rows' layout (tables as the pair rows take them), else in natural order with fp32
+  // tables (raw_tables is false for these plans).
+  if (plan.fixed_perm >= 0) {
+    constexpr auto kAll = std::make_integer_sequence<int, kNumFixedPerms>{};
+    if constexpr (std::is_same_v<T, c10::BFloat16>) {
+      if (!plan.pair_groups.empty()) {
+        return {raw_tables ? fixed_pair_rows_fn<PairTablesBf16>(plan.fixed_perm, kAll)
+                           : fixed_pair_rows_fn<PairTablesF32>(plan.fixed_perm, kAll),
+                "fixed-pairs"};
+      }
     }
+    return {fixed_rows_fn<T, ChunkTablesF32>(plan.fixed_perm, kAll), "fixed"};
   }
   if (std::is_same_v<T, c10::BFloat16> && !plan.pair_groups.empty()) {
     return {raw_tables ? &pair_rows<PairTablesBf16> : &pair_rows<PairTablesF32>, "pairs"};

@@ -75,10 +75,10 @@ def inputs(shape, d, g, table_dtype=torch.bfloat16):
         ("half", [128], "OOOO"),
         ("half", [64], "OO"),
         ("interleave", [128], "SSSS"),
-        ("quarter", [128], "OOOO"),
-        ("half", [44, 44, 40], "PPRP"),  # the third group reads three groups: three runs
+        ("quarter", [64], "PP"),  # (quarter [128] has the partners of half 64+64: the fixed rows)
+        ("half", [48, 40, 40], "PPRP"),  # the third group reads three groups: three runs
         ("interleave", [44, 44, 40], "SSSS"),
-        ("half", [64, 64], "OOOO"),
+        ("half", [64, 32, 32], "OOPP"),
     ],
 )
 def test_modes_with_even_halves_take_the_pair_rows(mode, split, kinds):
@@ -237,7 +237,7 @@ def test_pair_rows_round_like_c10(monkeypatch, isa, mode, split):
 
 
 @needs_avx512
-@pytest.mark.parametrize("mode,split", [("half", [128]), ("interleave", [128]), ("half", [44, 44, 40])])
+@pytest.mark.parametrize("mode,split", [("half", [128]), ("interleave", [128]), ("half", [48, 40, 40])])
 def test_pair_rows_in_place(mode, split):
     g = torch.Generator().manual_seed(3)
     y = mode_matrix(mode, split)
@@ -324,12 +324,13 @@ def test_few_table_rows_many_heads_split_over_threads(dtype):
 @pytest.mark.parametrize("variant", ["plain", "swapped", "zero"])
 def test_run_groups_bit_exact(monkeypatch, isa, variant):
     # Groups whose partner pairs span three groups but form at most three runs take masked loads
-    # (R): 3D 44+44+40 as is (no per-group swap or zero-lane step), with its output pairs swapped,
+    # (R): 3D 48+40+40 as is (no per-group swap or zero-lane step), with its output pairs swapped,
     # and with a zero column; values that round to subnormals, NaN, Inf and ties on both paths.
+    # (44+44+40, whose groups are alike, takes the fixed rows: test_cpu_fixed_rows.py.)
     if isa:
         monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
     d = 128
-    y = mode_matrix("half", [44, 44, 40])
+    y = mode_matrix("half", [48, 40, 40])
     if variant == "swapped":
         y = y[:, torch.arange(d) ^ 1]
     elif variant == "zero":
@@ -408,8 +409,8 @@ def test_offset_group_whose_first_live_lane_reads_the_pair_before_it(monkeypatch
 
 @needs_avx512
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("mode,split", [("half", [128]), ("interleave", [128]), ("half", [44, 44, 40]),
-                                        ("quarter", [128]), ("half", [64])])
+@pytest.mark.parametrize("mode,split", [("half", [128]), ("interleave", [128]), ("half", [48, 40, 40]),
+                                        ("quarter", [64]), ("half", [64])])
 @pytest.mark.parametrize("heads", [2, 6])
 def test_bf16_tables_read_as_they_are(monkeypatch, isa, mode, split, heads):
     # bf16 x with bf16 tables: the pair rows read the caller's table rows and split them in
@@ -418,7 +419,7 @@ def test_bf16_tables_read_as_they_are(monkeypatch, isa, mode, split, heads):
     if isa:
         monkeypatch.setenv("NPU_OPS_CPU_ISA", isa)
     g = torch.Generator().manual_seed(heads + len(split))
-    d = 128 if split != [64] else 64
+    d = sum(split)
     y = mode_matrix(mode, split)
     x, sin, cos = inputs((heads, 19), d, g)
     special = torch.tensor([float("nan"), float("inf"), -float("inf"), 2**-130, -(2**-128), 0.0, -0.0, 3.0]).bfloat16()
