@@ -75,10 +75,14 @@ using TableFn = void (*)(const void* src, int64_t D, int64_t Dp, const uint32_t*
 // rows of the half rotation (an even number of chunks) and the interleave swap for D a multiple of
 // 16 up to kRowChunks chunks. (The other chunk rows and the fp16 pair rows, which hold the x row
 // in registers, keep fp32 tables: with raw ones, 3D [1, 24, 256, 128] on one thread was no faster
-// in fp32 and 62 against 66 us BSND but 90 against 77 BNSD in fp16.)
+// in fp32 and 62 against 66 us BSND but 90 against 77 BNSD in fp16.) The fixed rows of fp16 and
+// fp32 x read them as they are too: fp16 3D 44+44+40, one thread, per row 9.6 -> 8.5 ns BNSD and
+// 6.9 -> 6.4 BSND at [1, 24, 256, 128]; [1, 24, 16384, 128] BNSD at two threads 1.14 -> 1.09x the
+// limit (fp32 13.5 -> 13.0-13.5 ns and 1.14 -> 1.12x).
 inline bool raw_tables(at::ScalarType x, at::ScalarType sin_t, at::ScalarType cos_t, const RotatePlan& plan) {
   if (sin_t != x || cos_t != x || !plan.is_perm || x == at::kDouble) return false;
   if (x == at::kBFloat16 && !plan.pair_groups.empty()) return true;
+  if ((x == at::kHalf || x == at::kFloat) && plan.fixed_perm >= 0) return true;
   const int64_t nc = plan.D / kLanes;
   const bool chunks = plan.D == plan.Dp && nc <= kRowChunks;
   return chunks && ((plan.chunks_half_rotation && nc % 2 == 0) || plan.pair_swap);

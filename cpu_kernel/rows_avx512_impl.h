@@ -1446,6 +1446,7 @@ RowsChoice pick(const RotatePlan& plan, bool raw_tables) {
                 "fixed-pairs"};
       }
     }
+    if (raw_tables) return {fixed_rows_fn<T, ChunkTablesRaw<T>>(plan.fixed_perm, kAll), "fixed"};
     return {fixed_rows_fn<T, ChunkTablesF32>(plan.fixed_perm, kAll), "fixed"};
   }
   if (std::is_same_v<T, c10::BFloat16> && !plan.pair_groups.empty()) {
