@@ -1157,6 +1157,29 @@ NPU_OPS_ROW_INLINE uint32_t pair_row_words(const PairGroupPlan* groups, const c1
   return fixup;
 }
 
+// table_run_rows for bf16 rows of NG groups in the pair layout: each table row in registers for
+// batches of at least kRegTablesMinRows rows per table row (bf16 tables as the table row's words,
+// half the registers, split per row; others as fp32), else read where used.
+template <typename Src, int NG, typename Fast, typename Exact>
+NPU_OPS_ROW_INLINE void pair_table_run_rows(const RotatePlan& plan, const RowBatch& b, void* scratch, Fast fast,
+                                            Exact exact) {
+  using T = c10::BFloat16;
+  const uint16_t* sign16 = plan.sign16.data();
+  if (b.hn >= kRegTablesMinRows) {
+    const auto regs = [=](const void* cs, const void* sn) {
+      if constexpr (std::is_same_v<Src, PairTablesBf16>) {
+        return PairWordTables<NG>(cs, sn, sign16);
+      } else {
+        return PairRegTables<Src, NG>(cs, sn, sign16);
+      }
+    };
+    table_run_rows<T>(plan, b, scratch, 64, regs, fast, exact);
+  } else {
+    const auto mem = [=](const void* cs, const void* sn) { return PairMemTables<Src>{cs, sn, sign16}; };
+    table_run_rows<T>(plan, b, scratch, 64, mem, fast, exact);
+  }
+}
+
 // bf16 x, the fixed permutations with a pair plan: the row as the pair rows split it (group g's
 // even elements, then its odd ones, as fp32: one shift or AND each, no widening), the partners
 // formed from those vectors as above, the tables in the pair rows' layout (PairWordTables,
@@ -1190,19 +1213,7 @@ void fixed_pair_rows(const RotatePlan& plan, const RowBatch& b, void* scratch) {
   const auto exact = [=](const T* x, T* out, const void* cs, const void* sn, auto stream) {
     fixed_pair_row<K, decltype(stream)::value, true>(x, out, PairMemTables<Src>{cs, sn, sign16}, Groups{});
   };
-  if (b.hn >= kRegTablesMinRows) {
-    const auto regs = [=](const void* cs, const void* sn) {
-      if constexpr (std::is_same_v<Src, PairTablesBf16>) {
-        return PairWordTables<4>(cs, sn, sign16);
-      } else {
-        return PairRegTables<Src, 4>(cs, sn, sign16);
-      }
-    };
-    table_run_rows<T>(plan, b, scratch, 64, regs, fast, exact);
-  } else {
-    const auto mem = [=](const void* cs, const void* sn) { return PairMemTables<Src>{cs, sn, sign16}; };
-    table_run_rows<T>(plan, b, scratch, 64, mem, fast, exact);
-  }
+  pair_table_run_rows<Src, 4>(plan, b, scratch, fast, exact);
 }
 
 template <typename Src, int... K>
@@ -1276,20 +1287,7 @@ void pair_rows_shaped(const RotatePlan& plan, const RowBatch& b, void* scratch) 
     }
     table_run_rows<T>(plan, b, scratch, 64, no_tables, fast, exact);  // table values read per group
   } else if constexpr (NG > 0) {
-    if (b.hn >= kRegTablesMinRows) {
-      // bf16 tables: the table row's words (half the registers), split per row.
-      const auto regs = [=](const void* cs, const void* sn) {
-        if constexpr (std::is_same_v<Src, PairTablesBf16>) {
-          return PairWordTables<NG>(cs, sn, sign16);
-        } else {
-          return PairRegTables<Src, NG>(cs, sn, sign16);
-        }
-      };
-      table_run_rows<T>(plan, b, scratch, 64, regs, fast, exact);
-    } else {
-      const auto mem = [=](const void* cs, const void* sn) { return PairMemTables<Src>{cs, sn, sign16}; };
-      table_run_rows<T>(plan, b, scratch, 64, mem, fast, exact);
-    }
+    pair_table_run_rows<Src, NG>(plan, b, scratch, fast, exact);
   } else {
     table_run_rows<T>(plan, b, scratch, 64, no_tables, fast, exact);
   }
@@ -1435,8 +1433,8 @@ RowsChoice pick(const RotatePlan& plan, bool raw_tables) {
     return {&dense_rows<T>, "dense"};
   }
   // The fixed rows where the plan is one of the fixed permutations: for bf16 x with a pair plan in
-  // the pair rows' layout (tables as the pair rows take them), else in natural order with fp32
-  // tables (raw_tables is false for these plans).
+  // the pair rows' layout (tables as the pair rows take them), else in natural order (tables of
+  // x's dtype as they are, raw_tables, or fp32 rows converted per call).
   if (plan.fixed_perm >= 0) {
     constexpr auto kAll = std::make_integer_sequence<int, kNumFixedPerms>{};
     if constexpr (std::is_same_v<T, c10::BFloat16>) {
