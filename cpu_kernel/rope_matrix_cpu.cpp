@@ -39,6 +39,15 @@ namespace {
 // in a block is long (R = 128 rows = 32 KiB of bf16 for D = 128) and streams well from DRAM.
 constexpr int64_t kTableBlockBytes = 128 * 1024;
 constexpr int64_t kMaxBlockRows = 256;
+// Block rows of a call of 16-bit x whose output is streamed (DRAM-sized): each head's run of x rows
+// in a block is then 256 KiB (D = 128) instead of 32, and BNSD heads, read two at a time, stream
+// like one tensor. Measured on the 2-core AMD development machine, 2 threads, x [1, 24, S, 128]
+// BNSD, ratio to the memory limit over 3-4 alternating processes each: S = 32768 (192 MiB) bf16
+// half 1.10-1.11 with 128 rows, 1.03-1.10 with 1024; interleave 1.10-1.12 / 1.06-1.10; fp16 half
+// 1.11 / 1.05-1.09; bf16 x with fp32 tables 1.18-1.21 / 1.04-1.07. S = 16384: bf16 half 1.06-1.09
+// / 1.05-1.09, interleave 1.06-1.08 / 1.05-1.08; S = 4096 bf16 3D 1.01-1.05 / 1.00-1.01. (2048
+// rows was better at 192 MiB, 1.04-1.06, but worse at 96 MiB, 1.06-1.12; fp32 x gained nothing.)
+constexpr int64_t kStreamBlockRows16 = 1024;
 // Work items per thread: few, since every batch of a block costs a call into the row kernel (x
 // [1, 24, 256, 128] bf16, 2 threads: 23.7-24.9 us with 1 or 2 items a thread, 25-29.5 with 8;
 // no change at 6 MiB and up, where the blocks are kTableBlockBytes anyway).
@@ -205,8 +214,10 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
   const int64_t x_elem = ops.front().elem;
   const bool prefetch = !(x_elem == 2 && elems * x_elem <= kNoPrefetchBytes16);
   const int64_t want = parallel ? kItemsPerThread * static_cast<int64_t>(at::get_num_threads()) : 1;
-  const int64_t r_cap = std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1,
-                                            kMaxBlockRows);
+  const int64_t r_cap =
+      stream && x_elem == 2
+          ? kStreamBlockRows16
+          : std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1, kMaxBlockRows);
   const int64_t R = std::clamp<int64_t>((tab.ntr + want - 1) / want, 1, r_cap);
   const int64_t nblocks = (tab.ntr + R - 1) / R;
   int64_t max_nbc = 1;

@@ -94,6 +94,25 @@ def test_streamed_outputs(monkeypatch, isa, dtype, mode):
     assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("mode", ["half128", "3d"])
+@pytest.mark.parametrize("bsnd", [False, True])
+def test_streamed_outputs_with_float32_tables(dtype, mode, bsnd):
+    """Streamed 16-bit outputs take blocks of up to 1024 table rows; with float32 tables these are
+    converted into the block's buffer (1 MiB). 3 heads (BNSD batches of 2 and 1) and a table row
+    count that leaves a short last block."""
+    kind, sections = MODES[mode]
+    g = torch.Generator().manual_seed(13)
+    y = mode_matrix(kind, sections, dtype=dtype)
+    s = 3 * 1024 + 333
+    while 3 * s * 128 * 2 < 16 << 20:
+        s += 2048
+    x, sin, cos = operands((1, 3, s), 128, torch.float32, g, bsnd)
+    x, sin, cos = with_edge_values(x.to(dtype), sin, cos, g)
+    assert x.numel() * x.element_size() >= 16 << 20
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_table_rows_shared_by_many_heads_and_broadcast_batches(dtype):
     """Runs of rows that share their table rows: many heads per table row, and tables broadcast
