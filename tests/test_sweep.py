@@ -1,7 +1,7 @@
 """The memory-limit copies (_stream_copy, _stream_copy_new) and the sweep CLI on a tiny grid (a few seconds)."""
 import csv
 
-import npu_ops_transformer_ext  # noqa: F401
+import npu_ops_transformer_ext
 import pytest
 import torch
 from npu_ops_transformer_ext import sweep
@@ -91,6 +91,7 @@ def test_sweep_tiny_grid(tmp_path, capsys):
     assert len(cells) == 2 * 2 * 2 * 2 * len(threads)  # S x dtype x layout x mode x threads
     for r in rows:
         assert float(r["median_ms"]) > 0 and float(r["x_limit"]) > 0
+        assert r["version"] == npu_ops_transformer_ext.__version__ and r["git"]
         if r["provider"] == "limit":
             assert float(r["x_limit"]) == 1.0 and r["store"] in ("nontemporal", "temporal")
     out = capsys.readouterr().out

@@ -27,7 +27,7 @@ in cache where it fits), and every provider of a cell reads the same x memory: B
 tensor's buffer viewed as ``[1, S, N, D]``.
 
 Writes a long-format CSV (one row per provider and cell: median and p20/p80 in ms, GB/s, ratio to
-the limit and to ``copy_``) and, with matplotlib installed, a plot of ratio ÷ limit against x's size.
+the limit and to ``copy_``, the package version and git revision) and, with matplotlib installed, a plot of ratio ÷ limit against x's size.
 """
 from __future__ import annotations
 
@@ -185,6 +185,7 @@ def run_sweep(
     """Runs the grid and returns one dict per (cell, provider); see the module doc."""
     counts = _thread_counts(threads)
     total_threads = torch.get_num_threads()
+    version, git = _cli.package_version(), _cli.git_revision()
     rows = []
     try:
         for s in sizes:
@@ -258,6 +259,7 @@ def run_sweep(
                             "x_limit_min": _sig(low / limit_min[limit_of(prov)], 3),
                             "x_copy": _sig(med / copy_ms, 3) if copy_ms else "",
                             "torch": torch.__version__, "heads": heads, "dim": dim,
+                            "version": version, "git": git,
                         })
                     if progress:
                         worst = max(r["x_limit"] for r in rows[-len(res):] if r["provider"] == "rope_matrix")
