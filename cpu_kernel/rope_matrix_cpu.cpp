@@ -40,13 +40,13 @@ namespace {
 constexpr int64_t kTableBlockBytes = 128 * 1024;
 constexpr int64_t kMaxBlockRows = 256;
 // Block rows of a call of 16-bit x whose output is streamed (DRAM-sized): each head's run of x rows
-// in a block is then 256 KiB (D = 128) instead of 32, and BNSD heads, read two at a time, stream
-// like one tensor. Measured on the 2-core AMD development machine, 2 threads, x [1, 24, S, 128]
-// BNSD, ratio to the memory limit over 3-4 alternating processes each: S = 32768 (192 MiB) bf16
-// half 1.10-1.11 with 128 rows, 1.03-1.10 with 1024; interleave 1.10-1.12 / 1.06-1.10; fp16 half
-// 1.11 / 1.05-1.09; bf16 x with fp32 tables 1.18-1.21 / 1.04-1.07. S = 16384: bf16 half 1.06-1.09
-// / 1.05-1.09, interleave 1.06-1.08 / 1.05-1.08; S = 4096 bf16 3D 1.01-1.05 / 1.00-1.01. (2048
-// rows was better at 192 MiB, 1.04-1.06, but worse at 96 MiB, 1.06-1.12; fp32 x gained nothing.)
+// in a block is then 256 KiB (D = 128) instead of 32. Measured on the 2-core AMD development
+// machine, 2 threads, x [1, 24, S, 128] BNSD, ratio to the memory limit with 128 / 1024 rows, both
+// and the limit timed round-robin in one process (two processes each): S = 32768 (192 MiB) bf16
+// half 1.114 / 1.109 and 1.121 / 1.107, fp16 interleave 1.124 / 1.098 and 1.085 / 1.074, bf16 x
+// with fp32 tables 1.174 / 1.133 and 1.175 / 1.134; S = 16384 fp16 interleave 1.083 / 1.075 and
+// 1.088 / 1.069. (Across processes, whose DRAM speed differs, 2048 rows looked better still at
+// 192 MiB but worse at 96 MiB; fp32 x gained nothing.)
 constexpr int64_t kStreamBlockRows16 = 1024;
 // Work items per thread: few, since every batch of a block costs a call into the row kernel (x
 // [1, 24, 256, 128] bf16, 2 threads: 23.7-24.9 us with 1 or 2 items a thread, 25-29.5 with 8;
