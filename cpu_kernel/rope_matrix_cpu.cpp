@@ -65,6 +65,15 @@ constexpr int64_t kItemsPerThread = 2;
 constexpr int64_t kHeadsPerBatch = 4;
 constexpr int64_t kHeadsPerBatch16 = 2;
 constexpr int64_t kMaxHeadsPerBatch = 64;
+// fp32 x whose output is streamed takes two heads a batch, not four, where a head's rows span up to
+// this many bytes. Measured on the same machine, 2 threads, BNSD, the op with four and with two
+// heads and the limit timed round-robin in one process (ratio to the limit): x [1, 24, S, 128] half
+// S = 4096 1.071 / 1.016, S = 8192 1.083-1.111 / 1.063 (3D 1.119 / 1.064), S = 16384 1.136 / 1.107
+// (interleave 1.085 / 1.073), and with 256-row blocks for the two heads [1, 48, 8192, 128] 1.108 /
+// 1.051, [1, 12, 16384, 128] 1.086 / 1.066; but S = 20480 1.033 / 1.063, [1, 12, 24576, 128]
+// 1.028 / 1.055, S = 32768 1.055 / 1.095 (and [1, 8, 32768, 128], 256-row blocks, 1.058 / 1.113).
+// Calls in cache keep four (S = 256 half 54 / 55 us, S = 1024 3D 284 / 291 us).
+constexpr int64_t kTwoHeadsMaxHeadBytes32 = 8 << 20;
 // Calls of 16-bit x up to this many bytes of x (all operands) do not prefetch x rows in software:
 // their x is usually in cache, where the prefetch instructions only cost issue slots. Measured on
 // the 2-core AMD development machine, x [1, 24, S, 128], 2 threads, half and 3D, three alternating
@@ -230,12 +239,13 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
   const uint32_t* sign_bits = plan.is_perm ? plan.sign_bits.data() : nullptr;
   // Broadcast positions per batch, per operand: where the heads of one table row are adjacent rows
   // of x and of the output (BSND), all of them (up to kMaxHeadsPerBatch), so x is read straight
-  // through; otherwise (BNSD) kHeadsPerBatch16 or kHeadsPerBatch.
+  // through; otherwise (BNSD) kHeadsPerBatch16 or kHeadsPerBatch (see kTwoHeadsMaxHeadBytes32).
   Dims heads_per_batch;
   int64_t max_heads = 1;
   for (const auto& o : ops) {
     const bool adjacent = o.nb > 0 && o.b_xstride[o.nb - 1] == D && o.b_ostride[o.nb - 1] == D;
-    const int64_t apart = o.elem == 2 ? kHeadsPerBatch16 : kHeadsPerBatch;
+    const bool two = o.elem == 2 || (stream && tab.ntr * D * o.elem <= kTwoHeadsMaxHeadBytes32);
+    const int64_t apart = two ? kHeadsPerBatch16 : kHeadsPerBatch;
     heads_per_batch.push_back(adjacent ? std::min(o.b_size[o.nb - 1], kMaxHeadsPerBatch) : apart);
     max_heads = std::max(max_heads, heads_per_batch.back());
   }

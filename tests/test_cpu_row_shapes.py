@@ -94,6 +94,19 @@ def test_streamed_outputs(monkeypatch, isa, dtype, mode):
     assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
 
 
+@pytest.mark.parametrize("mode", ["half128", "3d"])
+def test_streamed_float32_heads_longer_than_8_mib(mode):
+    """Streamed fp32 BNSD takes two heads a batch up to 8 MiB of rows per head, four beyond (5 heads:
+    batches of 4 and 1); the shorter heads of test_streamed_outputs take the two-head batches."""
+    kind, sections = MODES[mode]
+    g = torch.Generator().manual_seed(14)
+    y = mode_matrix(kind, sections)
+    s = (8 << 20) // (128 * 4) + 37
+    x, sin, cos = with_edge_values(*operands((1, 5, s), 128, torch.float32, g), g)
+    assert s * 128 * 4 > 8 << 20
+    assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("mode", ["half128", "3d"])
 @pytest.mark.parametrize("bsnd", [False, True])
