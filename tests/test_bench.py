@@ -1,5 +1,7 @@
 """The benchmark CLI runs and writes the long-format CSV it documents (a smoke test, not a timing)."""
 import csv
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -94,3 +96,45 @@ def test_bad_arguments_name_the_valid_values(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--shape", "1,2,3"])
     assert "B,N,S,D" in capsys.readouterr().err
+
+
+def _fake_package(folder, build_rev):
+    """A package named npu_ops_transformer_ext holding the real _cli.py, a version and a recorded
+    build revision, in ``folder``."""
+    from npu_ops_transformer_ext import _cli
+
+    pkg = folder / "npu_ops_transformer_ext"
+    pkg.mkdir(parents=True)
+    shutil.copy(_cli.__file__, pkg / "_cli.py")
+    (pkg / "__init__.py").write_text('__version__ = "0.0.0"\n')
+    (pkg / "_build_info.py").write_text(f'GIT_REVISION = "{build_rev}"\n')
+
+
+def _revision_seen_from(folder):
+    code = "from npu_ops_transformer_ext import _cli; print(_cli.git_revision())"
+    env = {"PYTHONPATH": str(folder), "PATH": os.environ.get("PATH", "")}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def test_git_revision_of_an_install_inside_a_checkout_is_its_build(tmp_path):
+    """Imported from a checkout's python/ folder, the revision is the checkout's HEAD (+dirty);
+    installed into an environment that lies inside the checkout, it is the wheel's recorded build
+    revision, whatever the checkout has become since."""
+    if shutil.which("git") is None:
+        pytest.skip("no git")
+    repo = tmp_path / "repo"
+    _fake_package(repo / "python", "")
+    _fake_package(repo / ".venv" / "site", "abc1234")
+    git = lambda *a: subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *a], cwd=repo,
+                                    capture_output=True, text=True, check=True).stdout.strip()
+    git("init", "-q")
+    (repo / ".gitignore").write_text(".venv/\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", "one")
+    head = git("rev-parse", "--short", "HEAD")
+    assert _revision_seen_from(repo / "python") == head
+    assert _revision_seen_from(repo / ".venv" / "site") == "abc1234"
+    (repo / ".gitignore").write_text(".venv/\n*.csv\n")  # a tracked file changed
+    assert _revision_seen_from(repo / "python") == head + "+dirty"
+    assert _revision_seen_from(repo / ".venv" / "site") == "abc1234"

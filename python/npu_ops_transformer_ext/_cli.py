@@ -129,9 +129,12 @@ def package_version() -> str:
 
 
 def git_revision() -> str:
-    """The git revision the package comes from: the source tree's ``HEAD`` (short hash,
-    ``+dirty`` with uncommitted changes to tracked files), else the revision recorded when the
-    wheel was built, else ``unknown``."""
+    """The git revision the package comes from: when it is imported from the source tree itself
+    (``python/npu_ops_transformer_ext`` of a checkout of this project), that tree's ``HEAD`` (short
+    hash, ``+dirty`` with uncommitted changes to tracked files); when it is installed, the revision
+    recorded when the wheel was built (even if the environment it is installed in lies inside a
+    checkout, whose later commits and edits say nothing about the installed build); else
+    ``unknown``."""
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         sha = subprocess.run(
@@ -142,8 +145,10 @@ def git_revision() -> str:
             ["git", "rev-parse", "--show-toplevel"],
             capture_output=True, text=True, cwd=here, timeout=5, check=False,
         ).stdout.strip()
-        # only our own checkout: an installed package may sit inside someone else's repository
-        if sha and top and os.path.exists(os.path.join(top, "python", "npu_ops_transformer_ext")):
+        # only when imported from our own checkout's source folder: an installed package may sit
+        # inside a repository (someone else's, or this one's virtual environment)
+        src = os.path.join(top, "python", "npu_ops_transformer_ext") if top else ""
+        if sha and src and os.path.realpath(src) == os.path.realpath(here):
             dirty = subprocess.run(
                 ["git", "status", "--porcelain", "--untracked-files=no"],
                 capture_output=True, text=True, cwd=here, timeout=5, check=False,
