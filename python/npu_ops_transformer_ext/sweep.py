@@ -27,7 +27,8 @@ in cache where it fits), and every provider of a cell reads the same x memory: B
 tensor's buffer viewed as ``[1, S, N, D]``.
 
 Writes a long-format CSV (one row per provider and cell: median and p20/p80 in ms, GB/s, ratio to
-the limit and to ``copy_``, the package version and git revision) and, with matplotlib installed, a plot of ratio ÷ limit against x's size.
+the limit and to ``copy_``, the package version and git revision) and, with matplotlib installed,
+a plot of ratio ÷ limit against x's size.
 """
 from __future__ import annotations
 
