@@ -159,6 +159,12 @@ Operand describe_operand(const at::Tensor& x, const at::Tensor& out, const at::T
   return o;
 }
 
+// Whether the operand's innermost broadcast positions (heads) are adjacent rows of x and of the
+// output (BSND), rather than apart (BNSD) or absent.
+bool heads_adjacent(const Operand& o, int64_t D) {
+  return o.nb > 0 && o.b_xstride[o.nb - 1] == D && o.b_ostride[o.nb - 1] == D;
+}
+
 // Sets idx to the multi-index of linear position `pos` over sizes[0..n) (last fastest).
 inline void unravel(int64_t pos, int n, const int64_t* size, int64_t* idx) {
   for (int d = n - 1; d >= 0; --d) {
@@ -243,7 +249,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
   Dims heads_per_batch;
   int64_t max_heads = 1;
   for (const auto& o : ops) {
-    const bool adjacent = o.nb > 0 && o.b_xstride[o.nb - 1] == D && o.b_ostride[o.nb - 1] == D;
+    const bool adjacent = heads_adjacent(o, D);
     const bool two = o.elem == 2 || (stream && tab.ntr * D * o.elem <= kTwoHeadsMaxHeadBytes32);
     const int64_t apart = two ? kHeadsPerBatch16 : kHeadsPerBatch;
     heads_per_batch.push_back(adjacent ? std::min(o.b_size[o.nb - 1], kMaxHeadsPerBatch) : apart);
@@ -389,6 +395,17 @@ constexpr int64_t kStreamBytes = 16 << 20;
 // 12 MiB 313 / 351. Two threads keep ordinary stores below kStreamBytes: bf16 BSND half at 12 MiB
 // 299 against 193 us, fp32 BSND half at 10 MiB 165 against 131.
 constexpr int64_t kStreamBytesOneThread = 10 << 20;
+// ... and from this size, on any number of threads, when the heads of a batch lie apart in x and in
+// the output (BNSD): such a batch writes two or four output runs at once, and with ordinary stores
+// each of their lines is read before it is written. Measured on the same machine, x [1, 24, S, 128]
+// BNSD, the op with ordinary and with non-temporal stores and the limit timed round-robin in a
+// shuffled order in one process (us, ordinary / non-temporal): 2 threads, bf16 half 6 MiB 155 / 161,
+// 7.5 MiB 216 / 206, 9 MiB 248 / 233, 12 MiB 335 / 312, 15 MiB 484 / 430; bf16 3D 7.5 MiB 253 /
+// 194, 8.25 MiB 292 / 209; fp16 interleave 9 MiB 262 / 241, 3D 12 MiB 367 / 330; fp32 half 9 MiB
+// 259 / 234, 3D 12 MiB 350 / 324; 1 thread, bf16 half 7.5 MiB 376 / 218, 8.25 MiB 351 / 239, 9 MiB
+// 461 / 266, fp32 3D 9 MiB 452 / 246. (BSND, 2 threads: bf16 half 9 MiB 194 / 228, 12 MiB 263 / 309,
+// 15 MiB 436 / 425: ordinary stores stay ahead below kStreamBytes there.)
+constexpr int64_t kStreamBytesApart = 8 << 20;
 
 // Runs the kernel for every (x, out) pair with one plan and one pass over the tables.
 void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Tensor& y,
@@ -414,7 +431,10 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
   }
   // In place, the lines are in cache already: nothing to gain from streaming.
   const bool one_thread = at::get_num_threads() == 1 || at::in_parallel_region();
-  const bool stream = !in_place && out_bytes >= (one_thread ? kStreamBytesOneThread : kStreamBytes);
+  bool apart = false;
+  for (const Operand& o : ops) apart = apart || (o.nb > 0 && !heads_adjacent(o, x0.size(-1)));
+  const int64_t stream_from = apart ? kStreamBytesApart : one_thread ? kStreamBytesOneThread : kStreamBytes;
+  const bool stream = !in_place && out_bytes >= stream_from;
   const Kernels k = select_kernels(x0.scalar_type(), sin.scalar_type(), cos.scalar_type(), plan);
   if (x0.scalar_type() == at::kDouble) {
     run_blocks<double>(plan, tab, ops, k, stream, in_place);
