@@ -395,17 +395,21 @@ constexpr int64_t kStreamBytes = 16 << 20;
 // 12 MiB 313 / 351. Two threads keep ordinary stores below kStreamBytes: bf16 BSND half at 12 MiB
 // 299 against 193 us, fp32 BSND half at 10 MiB 165 against 131.
 constexpr int64_t kStreamBytesOneThread = 10 << 20;
-// ... and from this size, on any number of threads, when the heads of a batch lie apart in x and in
-// the output (BNSD): such a batch writes two or four output runs at once, and with ordinary stores
-// each of their lines is read before it is written. Measured on the same machine, x [1, 24, S, 128]
-// BNSD, the op with ordinary and with non-temporal stores and the limit timed round-robin in a
-// shuffled order in one process (us, ordinary / non-temporal): 2 threads, bf16 half 6 MiB 155 / 161,
-// 7.5 MiB 216 / 206, 9 MiB 248 / 233, 12 MiB 335 / 312, 15 MiB 484 / 430; bf16 3D 7.5 MiB 253 /
-// 194, 8.25 MiB 292 / 209; fp16 interleave 9 MiB 262 / 241, 3D 12 MiB 367 / 330; fp32 half 9 MiB
-// 259 / 234, 3D 12 MiB 350 / 324; 1 thread, bf16 half 7.5 MiB 376 / 218, 8.25 MiB 351 / 239, 9 MiB
-// 461 / 266, fp32 3D 9 MiB 452 / 246. (BSND, 2 threads: bf16 half 9 MiB 194 / 228, 12 MiB 263 / 309,
-// 15 MiB 436 / 425: ordinary stores stay ahead below kStreamBytes there.)
-constexpr int64_t kStreamBytesApart = 8 << 20;
+// ... and from these sizes (two threads or more, one thread) when the heads of a batch lie apart in
+// x and in the output (BNSD): such a batch writes two or four output runs at once, and with
+// ordinary stores each of their lines is read before it is written. Measured on the same machine,
+// x [1, 24, S, 128] BNSD, the op with ordinary and with non-temporal stores timed round-robin in a
+// shuffled order in one process, with the limit's temporal copy only (us, ordinary / non-temporal):
+// 2 threads, bf16 half 9 MiB 198 / 227, 10.5 MiB 283 / 269, 12 MiB 330 / 312; bf16 3D 7.5 MiB
+// 201 / 190, 10.5 MiB 333 / 269; fp32 half 9 MiB 179 / 233, fp32 3D 10.5 MiB 279 / 275; 1 thread,
+// bf16 half 6 MiB 270 / 171. With the limit's non-temporal copy in the rotation too (as in the
+// sweep), whose output buffer the next call may reuse out of cache, streaming gains more: 2
+// threads bf16 half 9 MiB 248 / 233, 15 MiB 484 / 430, 3D 8.25 MiB 292 / 209, fp32 half 9 MiB
+// 259 / 234; 1 thread bf16 half 7.5 MiB 376 / 218, fp32 3D 9 MiB 452 / 246. (BSND, 2 threads, in
+// that rotation: bf16 half 9 MiB 194 / 228, 12 MiB 263 / 309, 15 MiB 436 / 425: ordinary stores
+// stay ahead below kStreamBytes there.)
+constexpr int64_t kStreamBytesApart = 12 << 20;
+constexpr int64_t kStreamBytesApartOneThread = 8 << 20;
 
 // Runs the kernel for every (x, out) pair with one plan and one pass over the tables.
 void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Tensor& y,
@@ -433,7 +437,8 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
   const bool one_thread = at::get_num_threads() == 1 || at::in_parallel_region();
   bool apart = false;
   for (const Operand& o : ops) apart = apart || (o.nb > 0 && !heads_adjacent(o, x0.size(-1)));
-  const int64_t stream_from = apart ? kStreamBytesApart : one_thread ? kStreamBytesOneThread : kStreamBytes;
+  const int64_t stream_from = apart ? (one_thread ? kStreamBytesApartOneThread : kStreamBytesApart)
+                                     : (one_thread ? kStreamBytesOneThread : kStreamBytes);
   const bool stream = !in_place && out_bytes >= stream_from;
   const Kernels k = select_kernels(x0.scalar_type(), sin.scalar_type(), cos.scalar_type(), plan);
   if (x0.scalar_type() == at::kDouble) {

@@ -96,21 +96,28 @@ def test_streamed_outputs(monkeypatch, isa, dtype, mode):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("mode", ["half128", "interleave128", "3d"])
-def test_bnsd_outputs_from_8_mib_stream_and_bsnd_ones_do_not(dtype, mode):
-    """Outputs of 8 to 16 MiB are streamed when the heads lie apart (BNSD), on any thread count,
-    and written with ordinary stores when they are adjacent rows (BSND, two threads): both exact,
-    also through rope_matrix_qk with one operand of each layout."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_bnsd_outputs_stream_before_bsnd_ones(dtype, mode, threads):
+    """Outputs whose heads lie apart (BNSD) are streamed from 12 MiB (8 MiB on one thread), those of
+    adjacent heads (BSND) from 16 MiB (10 MiB on one thread): at 13 MiB on two threads and 9 MiB on
+    one, both layouts exact, also through rope_matrix_qk with one operand of each layout."""
     kind, sections = MODES[mode]
     g = torch.Generator().manual_seed(15)
     y = mode_matrix(kind, sections, dtype=dtype)
-    s = (9 << 20) // (5 * 128 * torch.tensor([], dtype=dtype).element_size()) + 3
-    for bsnd in (False, True):
-        x, sin, cos = with_edge_values(*operands((1, 5, s), 128, dtype, g, bsnd), g)
-        assert 8 << 20 <= x.numel() * x.element_size() < 16 << 20
-        assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
-    q, sin, cos = operands((1, 5, s), 128, dtype, g)
-    k = torch.randn(1, s, 5, 128, generator=g).to(dtype).transpose(1, 2)  # BSND memory, BNSD view
-    qo, ko = torch.ops.npu_ops_transformer_ext.rope_matrix_qk(q, k, y, sin, cos)
+    size = (13 << 20) if threads == 2 else (9 << 20)
+    s = size // (5 * 128 * torch.tensor([], dtype=dtype).element_size()) + 3
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for bsnd in (False, True):
+            x, sin, cos = with_edge_values(*operands((1, 5, s), 128, dtype, g, bsnd), g)
+            assert size <= x.numel() * x.element_size() < size + (1 << 20)
+            assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+        q, sin, cos = operands((1, 5, s), 128, dtype, g)
+        k = torch.randn(1, s, 5, 128, generator=g).to(dtype).transpose(1, 2)  # BSND memory, BNSD view
+        qo, ko = torch.ops.npu_ops_transformer_ext.rope_matrix_qk(q, k, y, sin, cos)
+    finally:
+        torch.set_num_threads(saved)
     assert_bit_exact(qo, rope_matrix_reference(q, y, sin, cos))
     assert_bit_exact(ko, rope_matrix_reference(k, y, sin, cos))
 
