@@ -2,6 +2,7 @@
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/CPUAllocator.h>
+#include <torch/library.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,14 @@ namespace cpu {
 namespace {
 
 constexpr size_t kHugePage = size_t(2) << 20;
+constexpr size_t kPageBytes = 4096;
+
+// The size of the block an output of n bytes takes: whole huge pages from 2 MiB, else a multiple
+// of kSmallBlockBytes.
+size_t block_bytes(size_t n) {
+  const size_t unit = n >= kHugePage ? kHugePage : kSmallBlockBytes;
+  return (n + unit - 1) / unit * unit;
+}
 
 struct Block {
   void* ptr;
@@ -63,7 +72,7 @@ size_t cache_cap_bytes_or_zero() {
 
 class Cache {
  public:
-  // A block of exactly `bytes` (a multiple of kHugePage): a cached one, or a new one.
+  // A block of exactly `bytes` (block_bytes): a cached one, or a new one.
   Block* take(size_t bytes) {
     if (cache_cap_bytes() > 0) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -77,11 +86,12 @@ class Cache {
       }
     }
     void* p = nullptr;
-    if (posix_memalign(&p, kHugePage, bytes) != 0 || p == nullptr) {
+    const bool huge = bytes % kHugePage == 0;
+    if (posix_memalign(&p, huge ? kHugePage : kPageBytes, bytes) != 0 || p == nullptr) {
       TORCH_CHECK(false, "rope_matrix: out of memory allocating ", bytes, " bytes for the output");
     }
 #ifdef __linux__
-    madvise(p, bytes, MADV_HUGEPAGE);  // advice only; ignored where THP is off
+    if (huge) madvise(p, bytes, MADV_HUGEPAGE);  // advice only; ignored where THP is off
 #endif
     return new Block{p, bytes};
   }
@@ -131,7 +141,7 @@ void release(void* ctx) { cache().give_back(static_cast<Block*>(ctx)); }
 struct OutputAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     if (n < kOutputCacheMinBytes) return c10::GetCPUAllocator()->allocate(n);
-    Block* b = cache().take((n + kHugePage - 1) / kHugePage * kHugePage);
+    Block* b = cache().take(block_bytes(n));
     return {b->ptr, b, &release, c10::Device(c10::DeviceType::CPU)};
   }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
@@ -156,3 +166,10 @@ size_t output_cache_bytes() { return cache().held(); }
 
 }  // namespace cpu
 }  // namespace npu_ops_transformer_ext
+
+TORCH_LIBRARY_FRAGMENT(npu_ops_transformer_ext, m) {
+  // Diagnostic for tests: bytes of freed output buffers the CPU kernel's cache holds. Not part of
+  // the operator contract.
+  m.def("_cpu_output_cache_bytes() -> int",
+        []() -> int64_t { return static_cast<int64_t>(npu_ops_transformer_ext::cpu::output_cache_bytes()); });
+}

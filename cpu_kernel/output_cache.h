@@ -4,12 +4,21 @@
 // system must map and zero every page on that first touch, which for a [1, 24, 8192, 128] bf16
 // output costs more than the whole RoPE computation. RoPE runs once per attention layer with the
 // same shapes, and its outputs die within the layer, so the next call can reuse a buffer whose
-// pages are already mapped. This allocator keeps freed output buffers of at least kMinBytes in a
-// least-recently-used cache capped at NPU_OPS_CPU_OUTPUT_CACHE_MB MiB (default 512; 0 turns the
-// cache off) and asks for transparent huge pages for each new buffer where the OS allows (one page
-// fault per 2 MiB instead of 512). Buffers are
-// only ever handed out whole and the kernel writes every element of its output, so a reused buffer
-// never shows old values.
+// pages are already mapped. This allocator keeps freed output buffers of at least
+// kOutputCacheMinBytes in a least-recently-used cache capped at NPU_OPS_CPU_OUTPUT_CACHE_MB MiB
+// (default 512; 0 turns the cache off). Buffers of 2 MiB and more are whole transparent huge pages
+// where the OS allows (one page fault per 2 MiB instead of 512); smaller ones are rounded up to
+// kSmallBlockBytes. Buffers are only ever handed out whole and the kernel writes every element of
+// its output, so a reused buffer never shows old values.
+//
+// Mid-sized outputs need the cache too: the C library's malloc gives memory back to the OS when
+// enough of it is free at the top of its heap (and maps large chunks afresh each time), so a call
+// whose outputs are a few MiB may fault in all their pages again on every call, depending on what
+// the process allocated before. Measured on the 2-core development machine (x [1, 24, S, 128],
+// 2 threads, a sweep's sequence of calls): rope_matrix_qk's limit with two 3 MiB outputs took
+// 1.15 ms a call instead of 0.17 (about 770 page faults a call), and rope_matrix_qk itself
+// 0.19-0.22 ms instead of 0.12-0.14; in a fresh process rope_matrix_qk with outputs of 1-3 MiB
+// each took 5-15 faults a call.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,8 +26,12 @@
 namespace npu_ops_transformer_ext {
 namespace cpu {
 
-// Buffers smaller than this come from torch's ordinary CPU allocator.
-constexpr size_t kOutputCacheMinBytes = size_t(4) << 20;
+// Buffers smaller than this come from torch's ordinary CPU allocator (the heap serves such
+// sizes from memory it keeps).
+constexpr size_t kOutputCacheMinBytes = size_t(256) << 10;
+// Buffers under 2 MiB are rounded up to a multiple of this (not to a huge page: a 256 KiB output
+// would otherwise hold 2 MiB).
+constexpr size_t kSmallBlockBytes = size_t(64) << 10;
 
 // A new contiguous tensor of `sizes` and `dtype` on the CPU whose storage comes from the cache.
 at::Tensor empty_output(at::IntArrayRef sizes, at::ScalarType dtype);

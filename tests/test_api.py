@@ -282,6 +282,34 @@ def test_large_outputs_reuse_buffers_without_stale_values(monkeypatch, cache_mb)
         assert len(seen) < 4, "freed outputs were not reused"
 
 
+@pytest.mark.parametrize(
+    "s, block",
+    [
+        (8, 0),  # 96 KiB of fp32: torch's own allocator
+        (21, 0),  # 252 KiB: still under the cache's 256 KiB threshold
+        (22, 320 << 10),  # 264 KiB: the cache, rounded up to 64 KiB multiples
+        (64, 768 << 10),  # 768 KiB: a multiple of 64 KiB already
+        (170, 2 << 20),  # 2,088,960 bytes: 32 blocks of 64 KiB
+        (180, 4 << 20),  # 2,211,840 bytes, over 2 MiB: whole 2 MiB (huge) pages
+    ],
+)
+def test_output_cache_takes_outputs_from_256_kib(monkeypatch, s, block):
+    monkeypatch.delenv("NPU_OPS_CPU_OUTPUT_CACHE_MB", raising=False)
+    x = torch.randn(1, 24, s, 128)
+    sin, cos = torch.randn(2, s, 128).unbind(0)
+    y = mode_matrix("half", [128])
+    out = ops.rope_matrix(x, y, sin, cos)
+    torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
+    held = ops._cpu_output_cache_bytes()
+    del out  # back to the cache (or to torch's allocator)
+    assert ops._cpu_output_cache_bytes() - held == block
+    # The cache off: a freed output is given back, and so is everything the cache held.
+    monkeypatch.setenv("NPU_OPS_CPU_OUTPUT_CACHE_MB", "0")
+    out = ops.rope_matrix(x, y, sin, cos)
+    del out
+    assert ops._cpu_output_cache_bytes() == 0
+
+
 def test_cached_output_behaves_like_any_tensor():
     x = torch.randn(2, 4, 2048, 128).bfloat16()
     y = mode_matrix("half", [128])

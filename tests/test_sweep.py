@@ -55,7 +55,7 @@ def test_stream_copy_new_returns_copies(shape, nontemporal):
     assert first.shape == x.shape and first.dtype == x.dtype and first.is_contiguous()
     assert first.data_ptr() != x.data_ptr() and torch.equal(first, x)
     del first
-    # A reused buffer (the output cache, from 4 MiB) is written whole: no old values show.
+    # A reused buffer (the output cache, from 256 KiB) is written whole: no old values show.
     y = torch.randn(shape, generator=g).bfloat16()
     assert torch.equal(_copy_new([y], [], nontemporal)[0], y)
     # Several x (q and k: rope_matrix_qk's limit), one of them not contiguous (copied in its
