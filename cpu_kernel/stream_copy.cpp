@@ -1,7 +1,7 @@
 // The memory limit the benchmarks measure the operator against: a native copy of x into out, with
 // the tables read once, on the same threads as the operator.
 //
-//   torch.ops.npu_ops_transformer_ext._stream_copy(x, out, [sin, cos], nontemporal=True)
+//   torch.ops.npu_ops_transformer_ext._stream_copy([x], [out], [sin, cos], nontemporal=True)
 //   [out] = torch.ops.npu_ops_transformer_ext._stream_copy_new([x], [sin, cos], nontemporal=True)
 //
 // It moves exactly the bytes a rope_matrix call must move (x read, the output written, each table
@@ -11,8 +11,10 @@
 // calling thread). nontemporal=True writes out with streaming (non-temporal) stores, the fastest way
 // to write memory that will not be read back soon (no read-for-ownership of each output line);
 // nontemporal=False uses ordinary stores (memcpy), faster when the output fits in cache. The
-// benchmarks take the faster of the two at each size. A private benchmark helper, not part of the
-// operator contract.
+// benchmarks take the faster of the two at each size: the ordinary copy into a new output allocated
+// as rope_matrix's own (_stream_copy_new), the streaming one into outputs of its own (_stream_copy),
+// whose lines it evicts without touching the buffer the operator's calls reuse. Private benchmark
+// helpers, not part of the operator contract.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -184,14 +186,23 @@ void copy_jobs(const std::vector<CopyJob>& jobs, at::TensorList tables, bool non
   });
 }
 
-void stream_copy(const at::Tensor& x, const at::Tensor& out, at::TensorList tables, bool nontemporal) {
-  TORCH_CHECK(x.device().is_cpu() && out.device().is_cpu(), "_stream_copy: x and out must be CPU tensors");
-  TORCH_CHECK(x.is_contiguous() && out.is_contiguous(), "_stream_copy: x and out must be contiguous");
-  TORCH_CHECK(x.nbytes() == out.nbytes(), "_stream_copy: out must have as many bytes as x, got ",
-              out.nbytes(), " and ", x.nbytes());
-  copy_jobs({{static_cast<const char*>(x.const_data_ptr()), static_cast<char*>(out.data_ptr()),
-              static_cast<int64_t>(x.nbytes())}},
-            tables, nontemporal, x.numel());
+// Each of xs into the out of the same index, in one parallel region, the tables read once.
+void stream_copy(at::TensorList xs, at::TensorList outs, at::TensorList tables, bool nontemporal) {
+  TORCH_CHECK(xs.size() == outs.size(), "_stream_copy: one out per x, got ", outs.size(), " and ", xs.size());
+  std::vector<CopyJob> jobs;
+  int64_t numel = 0;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const at::Tensor& x = xs[i];
+    const at::Tensor& out = outs[i];
+    TORCH_CHECK(x.device().is_cpu() && out.device().is_cpu(), "_stream_copy: x and out must be CPU tensors");
+    TORCH_CHECK(x.is_contiguous() && out.is_contiguous(), "_stream_copy: x and out must be contiguous");
+    TORCH_CHECK(x.nbytes() == out.nbytes(), "_stream_copy: out must have as many bytes as x, got ",
+                out.nbytes(), " and ", x.nbytes());
+    jobs.push_back({static_cast<const char*>(x.const_data_ptr()), static_cast<char*>(out.data_ptr()),
+                    static_cast<int64_t>(x.nbytes())});
+    numel += x.numel();
+  }
+  copy_jobs(jobs, tables, nontemporal, numel);
 }
 
 // The same copy of each of xs into a new output allocated as rope_matrix allocates its own
@@ -221,8 +232,8 @@ std::vector<at::Tensor> stream_copy_new(at::TensorList xs, at::TensorList tables
 }  // namespace npu_ops_transformer_ext
 
 TORCH_LIBRARY_FRAGMENT(npu_ops_transformer_ext, m) {
-  // Benchmark helper (see above): out <- x with the tables read once; not part of the contract.
-  m.def("_stream_copy(Tensor x, Tensor(a!) out, Tensor[] tables, bool nontemporal=True) -> ()");
+  // Benchmark helper (see above): outs[i] <- xs[i] with the tables read once; not part of the contract.
+  m.def("_stream_copy(Tensor[] xs, Tensor(a!)[] outs, Tensor[] tables, bool nontemporal=True) -> ()");
   // The same into a new output allocated as rope_matrix allocates its own (the limit the benchmarks use).
   m.def("_stream_copy_new(Tensor[] xs, Tensor[] tables, bool nontemporal=True) -> Tensor[]");
 }

@@ -20,7 +20,7 @@ def test_stream_copy_copies_every_byte(nbytes, offset, nontemporal):
     buf = torch.zeros(nbytes + offset + 64, dtype=torch.uint8)
     out = buf[offset:offset + nbytes]
     tables = [torch.randn(7, 5), torch.randn(3)]
-    _copy(x, out, tables, nontemporal)
+    _copy([x], [out], tables, nontemporal)
     assert torch.equal(out, x)
     assert not buf[:offset].any() and not buf[offset + nbytes:].any()  # nothing written outside
 
@@ -32,18 +32,31 @@ def test_stream_copy_threads_and_dtypes():
             torch.set_num_threads(threads)
             x = torch.randn(24, 700, 128).bfloat16()
             out = torch.empty_like(x)
-            _copy(x, out, [torch.randn(700, 128)])
+            _copy([x], [out], [torch.randn(700, 128)])
             assert torch.equal(out, x)
     finally:
         torch.set_num_threads(total)
 
 
+def test_stream_copy_several_in_one_call():
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(24, 300, 128, generator=g).half(), torch.randn(7, 33, generator=g)]
+    outs = [torch.zeros_like(x) for x in xs]
+    for nontemporal in (True, False):
+        _copy(xs, outs, [torch.randn(300, 128)], nontemporal)
+        assert all(torch.equal(o, x) for o, x in zip(outs, xs))
+        for o in outs:
+            o.zero_()
+
+
 def test_stream_copy_rejects_bad_arguments():
     x = torch.randn(10)
     with pytest.raises(RuntimeError, match="as many bytes"):
-        _copy(x, torch.empty(9), [])
+        _copy([x], [torch.empty(9)], [])
     with pytest.raises(RuntimeError, match="contiguous"):
-        _copy(torch.randn(4, 4).t(), torch.empty(4, 4), [])
+        _copy([torch.randn(4, 4).t()], [torch.empty(4, 4)], [])
+    with pytest.raises(RuntimeError, match="one out per x"):
+        _copy([x, x], [torch.empty(10)], [])
 
 
 @pytest.mark.parametrize("nontemporal", [True, False])
