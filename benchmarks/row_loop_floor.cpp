@@ -75,10 +75,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s S THREADS HEADS_PER_BATCH [ROUNDS]\n", argv[0]);
     return 2;
   }
-  if (!__builtin_cpu_supports("avx512bf16")) {
-    std::printf("this CPU has no AVX512_BF16: nothing measured\n");
-    return 0;
-  }
   const int64_t S = std::atoll(argv[1]);
   const int threads = std::atoi(argv[2]), hb = std::atoi(argv[3]);
   const int rounds = argc > 4 ? std::atoi(argv[4]) : 2000;
@@ -86,11 +82,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "S, THREADS, ROUNDS >= 1; HEADS_PER_BATCH must divide %d\n", kHeads);
     return 2;
   }
+  if (!__builtin_cpu_supports("avx512bf16")) {
+    std::printf("this CPU has no AVX512_BF16: nothing measured\n");
+    return 0;
+  }
   const size_t n = static_cast<size_t>(kHeads) * S * kD;
-  auto* x = static_cast<uint16_t*>(std::aligned_alloc(4096, n * 2));
-  auto* out = static_cast<uint16_t*>(std::aligned_alloc(4096, n * 2));
-  auto* ct = static_cast<uint16_t*>(std::aligned_alloc(4096, S * kD * 2));
-  auto* st = static_cast<uint16_t*>(std::aligned_alloc(4096, S * kD * 2));
+  // Page-aligned buffers (aligned_alloc wants a size that is a multiple of the alignment).
+  const auto alloc = [](size_t bytes) { return static_cast<uint16_t*>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096)); };
+  uint16_t* x = alloc(n * 2);
+  uint16_t* out = alloc(n * 2);
+  uint16_t* ct = alloc(S * kD * 2);
+  uint16_t* st = alloc(S * kD * 2);
   for (size_t i = 0; i < n; ++i) x[i] = static_cast<uint16_t>(0x3f80 + i % 100);  // 1.0 .. 1.8
   for (int64_t i = 0; i < S * kD; ++i) {
     ct[i] = static_cast<uint16_t>(0x3f00 + i % 7);

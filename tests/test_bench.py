@@ -49,6 +49,26 @@ def test_decode_benchmark_script_runs():
         assert [r[0] for r in rows] == ["1", "2"] and all(float(v) > 0 for r in rows for v in r[1:])
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
+def test_row_loop_floor_builds_and_runs(tmp_path):
+    src = Path(__file__).resolve().parent.parent / "benchmarks" / "row_loop_floor.cpp"
+    exe = tmp_path / "row_loop_floor"
+    subprocess.run(["g++", "-O2", "-march=native", "-fopenmp", "-o", str(exe), str(src)], check=True, timeout=300)
+    bad = subprocess.run([str(exe), "16", "1", "5"], check=False, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "must divide 24" in bad.stderr
+    out = subprocess.run([str(exe), "16", "2", "4", "5"], capture_output=True, text=True, timeout=60, check=True).stdout
+    if "no AVX512_BF16" in out:
+        pytest.skip("this CPU has no AVX512_BF16")
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("x [1, 24, 16, 128] bf16") and "2 threads, bnsd 4 heads a batch, 5 rounds" in lines[0]
+    assert [line.split()[0] for line in lines[1:]] == ["memcpy", "bsnd", "bnsd"]
+    copy_median = float(lines[1].split()[2])
+    for line in lines[1:]:
+        f = line.split()  # name, "median", us, "us", "(R.RRx", "memcpy)", "min", us, "us", "(R.RRx)"
+        median, ratio, low = float(f[2]), float(f[4][1:-1]), float(f[7])
+        assert 0 < low <= median and abs(ratio - median / copy_median) <= 0.01 + 0.06 * ratio
+
+
 def test_help_lists_every_option_with_default_and_values(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--help"])
