@@ -4,6 +4,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/library.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -70,6 +72,15 @@ size_t cache_cap_bytes_or_zero() {
   return parse_cache_mb(std::getenv("NPU_OPS_CPU_OUTPUT_CACHE_MB"), &bytes) ? bytes : 0;
 }
 
+// The largest total of output blocks one call has noted (note_call_outputs): the cache's floor.
+std::atomic<size_t> g_call_floor{0};
+
+// The cap the cache keeps freed buffers under: NPU_OPS_CPU_OUTPUT_CACHE_MB's, raised to the floor
+// (0 stays 0: the cache off).
+size_t effective_cap(size_t cap) {
+  return cap == 0 ? 0 : std::max(cap, g_call_floor.load(std::memory_order_relaxed));
+}
+
 class Cache {
  public:
   // A block of exactly `bytes` (block_bytes): a cached one, or a new one.
@@ -97,7 +108,7 @@ class Cache {
   }
 
   void give_back(Block* b) {
-    const size_t cap = cache_cap_bytes_or_zero();
+    const size_t cap = effective_cap(cache_cap_bytes_or_zero());
     std::list<Block*> evicted;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -160,6 +171,16 @@ at::Tensor empty_output(at::IntArrayRef sizes, at::ScalarType dtype) {
   (void)cache_cap_bytes();  // an invalid NPU_OPS_CPU_OUTPUT_CACHE_MB is an error on every call
   return at::detail::empty_generic(sizes, &allocator(), c10::DispatchKeySet(c10::DispatchKey::CPU),
                                    dtype, at::MemoryFormat::Contiguous);
+}
+
+void note_call_outputs(c10::ArrayRef<size_t> bytes) {
+  size_t total = 0;
+  for (const size_t n : bytes) {
+    if (n >= kOutputCacheMinBytes) total += block_bytes(n);
+  }
+  size_t cur = g_call_floor.load(std::memory_order_relaxed);
+  while (total > cur && !g_call_floor.compare_exchange_weak(cur, total, std::memory_order_relaxed)) {
+  }
 }
 
 size_t output_cache_bytes() { return cache().held(); }

@@ -452,6 +452,7 @@ at::Tensor rope_matrix_cpu(const at::Tensor& x_in, const at::Tensor& y, const at
                            const at::Tensor& cos) {
   const RopeOperands in = check_rope_matrix_inputs("rope_matrix", x_in, y, sin, cos);
   const at::Tensor x = rows_contiguous(x_in);
+  note_call_outputs({x.nbytes()});
   at::Tensor out = new_output(x);
   run({{x, out}}, in.mat, in.sin, in.cos);
   return out;
@@ -462,6 +463,7 @@ std::tuple<at::Tensor, at::Tensor> rope_matrix_qk_cpu(const at::Tensor& q_in, co
                                                       const at::Tensor& cos) {
   const RopeOperands in = check_rope_matrix_qk_inputs("rope_matrix_qk", q_in, k_in, y, sin, cos);
   const at::Tensor q = rows_contiguous(q_in), k = rows_contiguous(k_in);
+  note_call_outputs({q.nbytes(), k.nbytes()});
   at::Tensor q_out = new_output(q);
   at::Tensor k_out = new_output(k);
   if (q.dim() == k.dim()) {

@@ -1,4 +1,10 @@
 """The op's registration and API: fused q/k, in-place, opcheck, torch.compile, errors, random shapes."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
 import npu_ops_transformer_ext as ext
 import pytest
 import torch
@@ -308,6 +314,36 @@ def test_output_cache_takes_outputs_from_256_kib(monkeypatch, s, block):
     out = ops.rope_matrix(x, y, sin, cos)
     del out
     assert ops._cpu_output_cache_bytes() == 0
+
+
+def test_output_cache_keeps_every_output_of_a_call_above_its_cap():
+    # In a fresh process (the floor a call sets lasts for the process): a cap of 1 MiB, q and k
+    # outputs of 768 KiB each (1.5 MiB together). Both are reused by the next call, and the
+    # cache holds both when they are freed; without the floor it would keep one of them.
+    script = textwrap.dedent("""
+        import json, torch
+        import npu_ops_transformer_ext
+        from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference
+        ops = torch.ops.npu_ops_transformer_ext
+        g = torch.Generator().manual_seed(0)
+        q, k = torch.randn(2, 1, 24, 64, 128, generator=g).unbind(0)
+        sin, cos = torch.randn(2, 64, 128, generator=g).unbind(0)
+        y = mode_matrix("half", [128])
+        seen = []
+        for _ in range(3):
+            qo, ko = ops.rope_matrix_qk(q, k, y, sin, cos)
+            ok = torch.equal(qo, rope_matrix_reference(q, y, sin, cos)) and torch.equal(ko, rope_matrix_reference(k, y, sin, cos))
+            seen.append(sorted([qo.data_ptr(), ko.data_ptr()]))
+            del qo, ko
+        print(json.dumps({"ok": ok, "seen": seen, "held": ops._cpu_output_cache_bytes()}))
+    """)
+    env = dict(os.environ, NPU_OPS_CPU_OUTPUT_CACHE_MB="1")
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                         check=True)
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["ok"]
+    assert out["seen"][1] == out["seen"][0] and out["seen"][2] == out["seen"][0]
+    assert out["held"] == 2 * (768 << 10)
 
 
 def test_cached_output_behaves_like_any_tensor():
