@@ -72,7 +72,8 @@ size_t cache_cap_bytes_or_zero() {
   return parse_cache_mb(std::getenv("NPU_OPS_CPU_OUTPUT_CACHE_MB"), &bytes) ? bytes : 0;
 }
 
-// The largest total of output blocks one call has noted (note_call_outputs): the cache's floor.
+// The largest total of the output blocks of one call (note_call_outputs) that each fit the cap:
+// the cache's floor, at most as many times the cap as a call has outputs (two).
 std::atomic<size_t> g_call_floor{0};
 
 // The cap the cache keeps freed buffers under: NPU_OPS_CPU_OUTPUT_CACHE_MB's, raised to the floor
@@ -108,7 +109,10 @@ class Cache {
   }
 
   void give_back(Block* b) {
-    const size_t cap = effective_cap(cache_cap_bytes_or_zero());
+    // A block is kept if it fits the cap by itself; the blocks kept are evicted down to the cap
+    // raised to the floor (several outputs of one call).
+    const size_t cap = cache_cap_bytes_or_zero();
+    const size_t keep = effective_cap(cap);
     std::list<Block*> evicted;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -117,7 +121,7 @@ class Cache {
         held_ += b->bytes;
         b = nullptr;
       }
-      while (held_ > cap && !free_.empty()) {
+      while (held_ > keep && !free_.empty()) {
         evicted.push_back(free_.back());
         held_ -= free_.back()->bytes;
         free_.pop_back();
@@ -174,9 +178,12 @@ at::Tensor empty_output(at::IntArrayRef sizes, at::ScalarType dtype) {
 }
 
 void note_call_outputs(c10::ArrayRef<size_t> bytes) {
+  const size_t cap = cache_cap_bytes_or_zero();
   size_t total = 0;
   for (const size_t n : bytes) {
-    if (n >= kOutputCacheMinBytes) total += block_bytes(n);
+    // Only blocks the cache may keep (each within the cap) count: a single output larger than the
+    // cap is never kept, and must not make room for others.
+    if (n >= kOutputCacheMinBytes && block_bytes(n) <= cap) total += block_bytes(n);
   }
   size_t cur = g_call_floor.load(std::memory_order_relaxed);
   while (total > cur && !g_call_floor.compare_exchange_weak(cur, total, std::memory_order_relaxed)) {

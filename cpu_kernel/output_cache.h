@@ -7,7 +7,7 @@
 // pages are already mapped. This allocator keeps freed output buffers of at least
 // kOutputCacheMinBytes in a least-recently-used cache capped at NPU_OPS_CPU_OUTPUT_CACHE_MB MiB
 // (default 512; 0 turns the cache off), or at the outputs of the largest single call if more
-// (note_call_outputs). Buffers of 2 MiB and more are whole transparent huge pages
+// (note_call_outputs; a single output larger than the cap is never kept). Buffers of 2 MiB and more are whole transparent huge pages
 // where the OS allows (one page fault per 2 MiB instead of 512); smaller ones are rounded up to
 // kSmallBlockBytes. Buffers are only ever handed out whole and the kernel writes every element of
 // its output, so a reused buffer never shows old values.
@@ -41,10 +41,10 @@ constexpr size_t kSmallBlockBytes = size_t(64) << 10;
 at::Tensor empty_output(at::IntArrayRef sizes, at::ScalarType dtype);
 
 // The sizes in bytes of the outputs one call is about to allocate with empty_output. From now on
-// the cache keeps at least their blocks' total of freed buffers, even above
-// NPU_OPS_CPU_OUTPUT_CACHE_MB (not when that is 0): a call whose outputs together exceed the cap
-// (rope_matrix_qk's q and k outputs) then reuses every one of them, instead of mapping some afresh
-// each time. Measured on the 2-core development machine, fp32 q and k [1, 24, 32768, 128] (two
+// the cache keeps up to their blocks' total of freed buffers, even above NPU_OPS_CPU_OUTPUT_CACHE_MB
+// (counting only blocks that each fit the cap, which alone are ever kept; never when the cap is 0):
+// a call whose outputs together exceed the cap (rope_matrix_qk's q and k outputs) then reuses every
+// one of them, instead of mapping some afresh each time. The cache so holds at most twice the cap. Measured on the 2-core development machine, fp32 q and k [1, 24, 32768, 128] (two
 // 384 MiB outputs), 2 threads: 42.5 ms a call under the default 512 MiB cap without this floor
 // (1.50x the limit), 28.8 ms with it (1.04x).
 void note_call_outputs(c10::ArrayRef<size_t> bytes);

@@ -346,6 +346,31 @@ def test_output_cache_keeps_every_output_of_a_call_above_its_cap():
     assert out["held"] == 2 * (768 << 10)
 
 
+def test_output_cache_never_keeps_an_output_larger_than_its_cap():
+    # A fresh process with a 1 MiB cap: a 1.5 MiB output is given back to the OS when freed, and
+    # does not raise the floor for the 768 KiB outputs after it (one of two kept, as under the cap).
+    script = textwrap.dedent("""
+        import json, torch
+        import npu_ops_transformer_ext
+        from npu_ops_transformer_ext.reference import mode_matrix
+        ops = torch.ops.npu_ops_transformer_ext
+        y = mode_matrix("half", [128])
+        big = torch.randn(1, 24, 128, 128)
+        out = ops.rope_matrix(big, y, torch.randn(128, 128), torch.randn(128, 128))
+        del out
+        after_big = ops._cpu_output_cache_bytes()
+        a = torch.randn(1, 24, 64, 128)
+        outs = [ops.rope_matrix(a, y, torch.randn(64, 128), torch.randn(64, 128)) for _ in range(2)]
+        del outs
+        print(json.dumps({"after_big": after_big, "held": ops._cpu_output_cache_bytes()}))
+    """)
+    env = dict(os.environ, NPU_OPS_CPU_OUTPUT_CACHE_MB="1")
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
+                         check=True)
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out == {"after_big": 0, "held": 768 << 10}
+
+
 def test_cached_output_behaves_like_any_tensor():
     x = torch.randn(2, 4, 2048, 128).bfloat16()
     y = mode_matrix("half", [128])
