@@ -7,9 +7,9 @@
 // pages are already mapped. This allocator keeps freed output buffers of at least
 // kOutputCacheMinBytes in a least-recently-used cache capped at NPU_OPS_CPU_OUTPUT_CACHE_MB MiB
 // (default 512; 0 turns the cache off), or at the outputs of the largest single call if more
-// (note_call_outputs; a single output larger than the cap is never kept). Buffers of 2 MiB and more are whole transparent huge pages
-// where the OS allows (one page fault per 2 MiB instead of 512); smaller ones are rounded up to
-// kSmallBlockBytes. Buffers are only ever handed out whole and the kernel writes every element of
+// (note_call_outputs; a single output larger than the cap is never kept). Buffers of 2 MiB and
+// more are whole transparent huge pages where the OS allows (one page fault per 2 MiB instead of
+// 512); smaller ones are rounded up to kSmallBlockBytes. Buffers are only ever handed out whole and the kernel writes every element of
 // its output, so a reused buffer never shows old values.
 //
 // Mid-sized outputs need the cache too: the C library's malloc gives memory back to the OS when
@@ -17,9 +17,9 @@
 // whose outputs are a few MiB may fault in all their pages again on every call, depending on what
 // the process allocated before. Measured on the 2-core development machine (x [1, 24, S, 128],
 // 2 threads, a sweep's sequence of calls): rope_matrix_qk's limit with two 3 MiB outputs took
-// 1.15 ms a call instead of 0.17 (about 770 page faults a call), and rope_matrix_qk itself
-// 0.19-0.22 ms instead of 0.12-0.14; in a fresh process rope_matrix_qk with outputs of 1-3 MiB
-// each took 5-15 faults a call.
+// 1.15 ms a call instead of 0.062 (about 770 page faults a call), and rope_matrix_qk itself
+// 0.19-0.22 ms instead of 0.125; in a fresh process rope_matrix_qk with outputs of 1-3 MiB each
+// took 5-15 faults a call.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -44,9 +44,10 @@ at::Tensor empty_output(at::IntArrayRef sizes, at::ScalarType dtype);
 // the cache keeps up to their blocks' total of freed buffers, even above NPU_OPS_CPU_OUTPUT_CACHE_MB
 // (counting only blocks that each fit the cap, which alone are ever kept; never when the cap is 0):
 // a call whose outputs together exceed the cap (rope_matrix_qk's q and k outputs) then reuses every
-// one of them, instead of mapping some afresh each time. The cache so holds at most twice the cap. Measured on the 2-core development machine, fp32 q and k [1, 24, 32768, 128] (two
-// 384 MiB outputs), 2 threads: 42.5 ms a call under the default 512 MiB cap without this floor
-// (1.50x the limit), 28.8 ms with it (1.04x).
+// one of them, instead of mapping some afresh each time. The cache so holds at most twice the
+// cap. Measured on the 2-core development machine, fp32 q and k [1, 24, 32768, 128] (two 384 MiB
+// outputs), 2 threads: 42.5 ms a call under the default 512 MiB cap without this floor (1.50x the
+// limit), 28.8-29.9 ms with it (1.04-1.06x).
 void note_call_outputs(c10::ArrayRef<size_t> bytes);
 
 // Bytes currently held by the cache (freed buffers waiting for reuse).
