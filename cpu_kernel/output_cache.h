@@ -9,8 +9,8 @@
 // (default 512; 0 turns the cache off), or at the outputs of the largest single call if more
 // (note_call_outputs; a single output larger than the cap is never kept). Buffers of 2 MiB and
 // more are whole transparent huge pages where the OS allows (one page fault per 2 MiB instead of
-// 512); smaller ones are rounded up to kSmallBlockBytes. Buffers are only ever handed out whole and the kernel writes every element of
-// its output, so a reused buffer never shows old values.
+// 512); smaller ones are rounded up to kSmallBlockBytes. Buffers are only ever handed out whole
+// and the kernel writes every element of its output, so a reused buffer never shows old values.
 //
 // Mid-sized outputs need the cache too: the C library's malloc gives memory back to the OS when
 // enough of it is free at the top of its heap (and maps large chunks afresh each time), so a call
