@@ -1,13 +1,11 @@
 """The op's registration and API: fused q/k, in-place, opcheck, torch.compile, errors, random shapes."""
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import npu_ops_transformer_ext as ext
 import pytest
 import torch
+from fresh_python import fresh_env, run_python
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from npu_ops_transformer_ext.reference import mode_matrix, rope_matrix_reference
@@ -337,10 +335,8 @@ def test_output_cache_keeps_every_output_of_a_call_above_its_cap():
             del qo, ko
         print(json.dumps({"ok": ok, "seen": seen, "held": ops._cpu_output_cache_bytes()}))
     """)
-    env = dict(os.environ, NPU_OPS_CPU_OUTPUT_CACHE_MB="1")
-    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
-                         check=True)
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    stdout = run_python(script, env=fresh_env(NPU_OPS_CPU_OUTPUT_CACHE_MB="1"), timeout=120)
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert out["ok"]
     assert out["seen"][1] == out["seen"][0] and out["seen"][2] == out["seen"][0]
     assert out["held"] == 2 * (768 << 10)
@@ -364,10 +360,8 @@ def test_output_cache_never_keeps_an_output_larger_than_its_cap():
         del outs
         print(json.dumps({"after_big": after_big, "held": ops._cpu_output_cache_bytes()}))
     """)
-    env = dict(os.environ, NPU_OPS_CPU_OUTPUT_CACHE_MB="1")
-    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
-                         check=True)
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+    stdout = run_python(script, env=fresh_env(NPU_OPS_CPU_OUTPUT_CACHE_MB="1"), timeout=120)
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert out == {"after_big": 0, "held": 768 << 10}
 
 

@@ -3,15 +3,9 @@ ValueError that names the variable, the value and the valid values.
 
 Each test runs a fresh interpreter with the variable set before start-up, as a user sets it."""
 import json
-import os
-import subprocess
-import sys
 
-import npu_ops_transformer_ext
 import pytest
-
-# The subprocesses import the package this test process has.
-PYTHON_DIR = os.path.dirname(os.path.dirname(os.path.abspath(npu_ops_transformer_ext.__file__)))
+from fresh_python import fresh_env, run_python
 
 # For each value in argv[2] (JSON list), with the variable argv[1] set to it (the first one before
 # start-up, the others through os.environ, which the kernel reads on every call), runs rope_matrix on
@@ -44,14 +38,9 @@ ISA_VALUES = ["generic", "avx2", "avx512", "avx512_bf16"]
 
 
 def _run(var, values):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NPU_OPS_CPU_")}
-    if values[0] is not None:
-        env[var] = values[0]
-    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-c", SCRIPT, var, json.dumps(values)], env=env,
-                       capture_output=True, text=True, timeout=300, check=False)
-    assert r.returncode == 0, r.stderr
-    return dict(zip(values, json.loads(r.stdout.strip().splitlines()[-1])))
+    env = fresh_env(**({var: values[0]} if values[0] is not None else {}))
+    out = run_python(SCRIPT, var, json.dumps(values), env=env)
+    return dict(zip(values, json.loads(out.strip().splitlines()[-1])))
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +82,6 @@ def test_output_cache_invalid_values_are_rejected():
 
 
 def test_isa_invalid_value_is_rejected_by_a_call_that_moves_nothing():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NPU_OPS_CPU_")}
-    env["NPU_OPS_CPU_ISA"] = "avx3"
-    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
     script = (
         "import torch, npu_ops_transformer_ext as ext\n"
         "try:\n"
@@ -104,6 +90,5 @@ def test_isa_invalid_value_is_rejected_by_a_call_that_moves_nothing():
         "except ValueError as e:\n"
         "    print(str(e).splitlines()[0])\n"
     )
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert r.returncode == 0, r.stderr
-    assert 'NPU_OPS_CPU_ISA="avx3" is not valid' in r.stdout
+    out = run_python(script, env=fresh_env(NPU_OPS_CPU_ISA="avx3"))
+    assert 'NPU_OPS_CPU_ISA="avx3" is not valid' in out
