@@ -213,22 +213,15 @@ void stream_copy(at::TensorList xs, at::TensorList outs, at::TensorList tables, 
 // rope_matrix_qk, which also writes two new outputs.
 std::vector<at::Tensor> stream_copy_new(at::TensorList xs, at::TensorList tables, bool nontemporal) {
   std::vector<at::Tensor> srcs, outs;
-  std::vector<CopyJob> jobs;
-  int64_t numel = 0;
   std::vector<size_t> out_bytes;
   for (const at::Tensor& x : xs) {
     TORCH_CHECK(x.device().is_cpu(), "_stream_copy_new: every x must be a CPU tensor");
     srcs.push_back(x.contiguous());
     out_bytes.push_back(srcs.back().nbytes());
-    numel += x.numel();
   }
   note_call_outputs(out_bytes);  // as rope_matrix_qk notes its two outputs
-  for (const at::Tensor& src : srcs) {
-    outs.push_back(empty_output(src.sizes(), src.scalar_type()));
-    jobs.push_back({static_cast<const char*>(src.const_data_ptr()), static_cast<char*>(outs.back().data_ptr()),
-                    static_cast<int64_t>(src.nbytes())});
-  }
-  copy_jobs(jobs, tables, nontemporal, numel);
+  for (const at::Tensor& src : srcs) outs.push_back(empty_output(src.sizes(), src.scalar_type()));
+  stream_copy(srcs, outs, tables, nontemporal);
   return outs;
 }
 
