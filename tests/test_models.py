@@ -77,6 +77,16 @@ def test_wan_rope_apply_per_sample_grids_and_padding(dtype):
     torch.testing.assert_close(
         same.float(), want, rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps
     )
+    # ... bit for bit also for -0 and for padding tokens whose pair partner is Inf or NaN, which
+    # the identity tables alone would turn into +0 and NaN.
+    x[0, 25, 0, :6] = torch.tensor([-0.0, float("inf"), 5.0, -0.0, float("nan"), -0.0])
+    x[1, 12:, 1] = -0.0
+    for out_dtype in (torch.float32, None):
+        out = models.wan_rope_apply(x, grids, freqs, out_dtype=out_dtype)
+        for i, n in ((0, 24), (1, 12)):
+            pad, want_pad = out[i, n:], x[i, n:].to(out.dtype)
+            assert torch.equal(pad.view(torch.int16 if out.dtype == torch.bfloat16 else torch.int32),
+                               want_pad.view(torch.int16 if out.dtype == torch.bfloat16 else torch.int32))
 
 
 def test_wan_rope_apply_sequence_parallel_shards():
@@ -90,14 +100,34 @@ def test_wan_rope_apply_sequence_parallel_shards():
         for r in range(sp)
     ]
     assert torch.equal(torch.cat(shards, dim=1), full)
+    # The padding tokens (12..15, all on rank 3) are copied through, -0 included.
+    x[:, 12:] = -0.0
+    last = models.wan_rope_apply(x[:, 12:], grids, freqs, sp_rank=3, sp_size=sp)
+    assert torch.equal(last.view(torch.int32), x[:, 12:].view(torch.int32))
 
 
 def test_wan_tables_cache_follows_freqs():
     freqs = _wan_freqs(24)
     a = models.wan_rope_tables([[1, 2, 2]], freqs, 4)
     assert models.wan_rope_tables([[1, 2, 2]], freqs, 4) is a
-    freqs.mul_(1)  # in-place change bumps the version: rebuilt
-    assert models.wan_rope_tables([[1, 2, 2]], freqs, 4) is not a
+    freqs.mul_(1)  # same contents: still a hit
+    assert models.wan_rope_tables([[1, 2, 2]], freqs, 4) is a
+    # Changes the version counter does not see (.data, a NumPy view) must still rebuild the tables.
+    for change in (lambda f: f.data.mul_(2), lambda f: f.numpy().__imul__(0.5)):
+        before = models.wan_rope_tables([[1, 2, 2]], freqs, 4)
+        version = freqs._version
+        change(freqs)
+        assert freqs._version == version
+        after = models.wan_rope_tables([[1, 2, 2]], freqs, 4)
+        assert after is not before
+        assert torch.equal(after[0], models.wan_rope_tables([[1, 2, 2]], freqs.clone(), 4)[0])
+    # ... and so does rope_apply with them.
+    x = torch.randn(1, 4, 2, 24)
+    a = models.wan_rope_apply(x, [[1, 2, 2]], freqs)
+    freqs.data.copy_(_wan_freqs(24, theta=500.0))
+    torch.testing.assert_close(models.wan_rope_apply(x, [[1, 2, 2]], freqs),
+                               _wan_golden(x, torch.tensor([[1, 2, 2]]), freqs), rtol=0, atol=1e-5)
+    assert not torch.equal(models.wan_rope_apply(x, [[1, 2, 2]], freqs), a)
 
 
 # ---- HunyuanVideo / FLUX / diffusers functions ----------------------------------------------

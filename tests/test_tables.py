@@ -52,6 +52,16 @@ def test_rope_1d_partial_rotary_passes_tail_through():
     assert torch.equal(out[..., r:], x[..., r:])
     want = _rot_complex(x[..., :r], torch.arange(s, dtype=F64)[:, None] * _inv(r, 10000.0), "half")
     torch.testing.assert_close(out[..., :r].double(), want, rtol=1e-5, atol=1e-5)
+    # Bit for bit, -0 included (the tail's sin is -0.0: x*1 + 0*(-0.0) keeps x's -0), also for a
+    # tail whose rotated partners are Inf or NaN, and in bf16 and through rope_matrix_qk.
+    x[..., r::3] = -0.0
+    x[..., 0] = float("inf")
+    x[..., 1] = float("nan")
+    for dt in (torch.float32, torch.bfloat16):
+        xd = x.to(dt)
+        iview = torch.int32 if dt == torch.float32 else torch.int16
+        for got in (_apply(xd, t), *ext.rope_matrix_qk(xd, xd, t.mat, t.sin, t.cos)):
+            assert torch.equal(got[..., r:].view(iview), xd[..., r:].view(iview))
 
 
 def test_rope_1d_positions_tensor_and_layouts():
@@ -566,3 +576,9 @@ def test_rotary_embedding_from_hf_config_matches_hf_module(name):
     t = rope.tables(48)
     torch.testing.assert_close(t.cos, cos[0], rtol=0, atol=2e-5)
     torch.testing.assert_close(t.sin, sin[0], rtol=0, atol=2e-5)
+
+
+def test_for_layout_names_the_table_shapes_it_takes():
+    for bad in (torch.randn(64), torch.randn(1, 1, 8, 64)):
+        with pytest.raises(ValueError, match=r"for_layout: the table must be \[S, D\] or \[B, S, D\], got "):
+            tables.for_layout(bad, "BSND")

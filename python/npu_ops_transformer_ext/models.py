@@ -18,7 +18,6 @@ computation by a few float32 ulps (see docs/models.md for the measured bounds).
 
 from __future__ import annotations
 
-import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -78,16 +77,19 @@ def wan_rope_tables(
     its pair columns split as ``[c - 2*(c//3), c//3, c//3]`` with ``c = D/2``. Token
     ``(i_f, i_h, i_w)`` of a ``(f, h, w)`` grid (t-major) gets ``freqs_t[i_f], freqs_h[i_h],
     freqs_w[i_w]``: ``cos = Re``, ``sin = Im``, each repeated over its pair. Tokens past
-    ``f*h*w`` get cos 1, sin 0 (pass through). Cached per (freqs, grids, seq_len, device).
+    ``f*h*w`` get cos 1, sin 0 (``wan_rope_apply`` copies those tokens through). Cached per
+    (freqs's contents, grids, seq_len, device): a hit compares ``freqs`` with a copy of the freqs
+    the tables were built from, element for element, so a ``freqs`` changed in any way (in place,
+    through ``.data``, through a NumPy view) gets new tables.
     """
     grids = [
         tuple(int(v) for v in g)
         for g in (grid_sizes.tolist() if isinstance(grid_sizes, Tensor) else grid_sizes)
     ]
     device = torch.device(device) if device is not None else freqs.device
-    key = (id(freqs), freqs._version, str(freqs.device), tuple(grids), int(seq_len), str(device))
+    key = (tuple(freqs.shape), freqs.dtype, str(freqs.device), tuple(grids), int(seq_len), str(device))
     hit = _WAN_CACHE.get(key)
-    if hit is not None and hit[0]() is freqs:
+    if hit is not None and torch.equal(hit[0], freqs.detach()):
         _WAN_CACHE.move_to_end(key)
         return hit[1]
     c = freqs.shape[1]
@@ -123,7 +125,7 @@ def wan_rope_tables(
         cos = torch.stack([by_grid[g][0] for g in grids])[:, :, None]
         sin = torch.stack([by_grid[g][1] for g in grids])[:, :, None]
     out = (cos.to(device), sin.to(device))
-    _WAN_CACHE[key] = (weakref.ref(freqs), out)
+    _WAN_CACHE[key] = (freqs.detach().clone(), out)
     while len(_WAN_CACHE) > _WAN_CACHE_SIZE:
         _WAN_CACHE.popitem(last=False)
     return out
@@ -156,10 +158,20 @@ def wan_rope_apply(
     if cos.shape[0] > 1 and x.device.type != "cpu":
         # Samples with different grids: tables vary along B and S. The NPU kernel takes tables that
         # vary along one dim of x, so go sample by sample there (Wan itself loops over samples).
-        return torch.cat(
+        out = torch.cat(
             [rope_matrix(xin[i : i + 1], mat, sin[i : i + 1], cos[i : i + 1]) for i in range(b)]
         )
-    return rope_matrix(xin, mat, sin, cos)
+    else:
+        out = rope_matrix(xin, mat, sin, cos)
+    # Padding tokens: Wan concatenates them unchanged. The tables give them x*1 + partner*0, which
+    # is x except for -0 (comes out +0) and an Inf or NaN partner (NaN), so copy them instead.
+    grids = grid_sizes.tolist() if isinstance(grid_sizes, Tensor) else grid_sizes
+    for i in range(b):
+        f, h, w = (int(v) for v in grids[i if len(grids) > 1 else 0])
+        start = max(0, min(L, f * h * w - sp_rank * L))
+        if start < L:
+            out[i, start:] = xin[i, start:]
+    return out
 
 
 # ---- HunyuanVideo ------------------------------------------------------------------------------

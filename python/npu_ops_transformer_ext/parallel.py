@@ -94,8 +94,11 @@ def unshard(parts: Sequence[Tensor], dim: int, mode: str = "contiguous") -> Tens
 
 
 def pad_tables(cos: Tensor, sin: Tensor, seq_len: int, seq_dim: int = -2) -> tuple[Tensor, Tensor]:
-    """Extend tables along ``seq_dim`` to ``seq_len`` rows with the identity (cos 1, sin 0), so
-    padding tokens pass through ``rope_matrix`` unchanged."""
+    """Extend tables along ``seq_dim`` to ``seq_len`` rows with the identity (cos 1, sin 0), as Wan
+    pads its freqs with ones: a padding token comes out as ``x*1 + partner*0``, which is x for
+    finite values but turns a -0 into +0 where the partner is positive and gives NaN where the
+    partner is Inf or NaN (the matrix is shared by every token). Copy the padding tokens back
+    if their values must be kept bit for bit."""
     n = cos.shape[seq_dim]
     if n >= seq_len:
         return cos, sin

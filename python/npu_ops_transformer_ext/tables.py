@@ -20,9 +20,10 @@ Wan and diffusers' FLUX do; float32 reproduces models that build float32 tables,
 HunyuanVideo) and rounded once to ``dtype`` (float32 by default: the op computes in float32 and
 accepts float32 tables with bf16/fp16 x, so there is no reason to round tables to bf16).
 
-Partial rotary dim: dims past the rotated ones get ``cos = 1``, ``sin = 0`` and all-zero rows and
-columns in ``mat``, so ``out == x`` there (the CPU kernel keeps its permutation fast path for such a
-partial signed permutation).
+Partial rotary dim: dims past the rotated ones get ``cos = 1``, ``sin = -0.0`` and all-zero rows
+and columns in ``mat``, so ``out`` is ``x`` there bit for bit: ``x*1 + (+0)*(-0.0)`` is ``x + -0``,
+which keeps a ``-0`` (``sin = +0`` would add ``+0`` and turn it into ``+0``). The CPU kernel keeps
+its permutation fast path for such a partial signed permutation.
 """
 
 from __future__ import annotations
@@ -334,7 +335,7 @@ def _finish(ang: Tensor, head_dim: int, attn: float, dtype, device, mat: Tensor)
     if pad:
         shape = (*ang.shape[:-1], pad)
         cos = torch.cat([cos, torch.ones(shape, dtype=cos.dtype)], dim=-1)
-        sin = torch.cat([sin, torch.zeros(shape, dtype=sin.dtype)], dim=-1)
+        sin = torch.cat([sin, torch.full(shape, -0.0, dtype=sin.dtype)], dim=-1)  # keeps x's -0, see above
     return RopeTables(cos.to(dtype).to(device), sin.to(dtype).to(device), mat.to(device))
 
 
@@ -531,6 +532,8 @@ def for_layout(t: Tensor, layout: str) -> Tensor:
     if layout not in _SEQ_DIM:
         raise ValueError(f"layout must be one of {sorted(_SEQ_DIM)}, got {layout!r}")
     inner = -_SEQ_DIM[layout] - 2  # singleton dims between S and D
+    if t.dim() not in (2, 3):
+        raise ValueError(f"for_layout: the table must be [S, D] or [B, S, D], got {list(t.shape)}")
     if t.dim() == 3:
         if layout == "SBND":
             raise ValueError("for_layout: per-batch tables [B, S, D] cannot broadcast to SBND")
