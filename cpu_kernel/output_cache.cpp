@@ -171,8 +171,10 @@ OutputAllocator& allocator() {
 
 }  // namespace
 
+void check_output_cache_env() { (void)cache_cap_bytes(); }
+
 at::Tensor empty_output(at::IntArrayRef sizes, at::ScalarType dtype) {
-  (void)cache_cap_bytes();  // an invalid NPU_OPS_CPU_OUTPUT_CACHE_MB is an error on every call
+  check_output_cache_env();  // an invalid NPU_OPS_CPU_OUTPUT_CACHE_MB is an error on every call
   return at::detail::empty_generic(sizes, &allocator(), c10::DispatchKeySet(c10::DispatchKey::CPU),
                                    dtype, at::MemoryFormat::Contiguous);
 }

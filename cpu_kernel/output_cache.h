@@ -40,6 +40,10 @@ constexpr size_t kSmallBlockBytes = size_t(64) << 10;
 // A new contiguous tensor of `sizes` and `dtype` on the CPU whose storage comes from the cache.
 at::Tensor empty_output(at::IntArrayRef sizes, at::ScalarType dtype);
 
+// Raises the ValueError of an invalid NPU_OPS_CPU_OUTPUT_CACHE_MB (empty_output does too), so that
+// every call of every op refuses it, also the in-place one, which allocates no output.
+void check_output_cache_env();
+
 // The sizes in bytes of the outputs one call is about to allocate with empty_output. From now on
 // the cache keeps up to their blocks' total of freed buffers, even above NPU_OPS_CPU_OUTPUT_CACHE_MB
 // (counting only blocks that each fit the cap, which alone are ever kept; never when the cap is 0):

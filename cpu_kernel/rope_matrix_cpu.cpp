@@ -479,6 +479,7 @@ void rope_matrix_inplace_cpu(const at::Tensor& x, const at::Tensor& y, const at:
                              const at::Tensor& cos) {
   const RopeOperands in = check_rope_matrix_inputs("rope_matrix_", x, y, sin, cos);
   check_rope_matrix_inplace("rope_matrix_", x, y, sin, cos);
+  check_output_cache_env();  // read by every call, as the other ops do
   if (x.size(-1) <= 1 || x.stride(-1) == 1) {
     run({{x, x}}, in.mat, in.sin, in.cos);  // each row is read whole before it is written
   } else {

@@ -465,6 +465,40 @@ def test_dense_matrix_in_another_dtype_must_be_exact():
         ext.rope_matrix(x, third, t, t)
     with pytest.raises(ValueError, match=r"mat has dtype torch.int64 .*mat\[0, 0\] = 257"):
         ext.rope_matrix(x, torch.full((32, 32), 257), t, t)
+    # The entry is printed in full, not to 6 digits (which would print 1.0000001 as "1"), with what
+    # x.dtype makes of it.
+    near = torch.eye(32, dtype=torch.float64)
+    near[3, 3] = 1.0000001
+    with pytest.raises(ValueError, match=r"mat\[3, 3\] = 1\.0000001000000001 \(1 in torch\.bfloat16\)"):
+        ext.rope_matrix(x, near, t, t)
+    big = torch.zeros(32, 32, dtype=torch.int64)
+    big[0, 1] = 2**53 + 1
+    with pytest.raises(ValueError, match=r"mat\[0, 1\] = 9007199254740993 \("):
+        ext.rope_matrix(x.float().double(), big, t, t)
+
+
+@pytest.mark.parametrize("build", ["get_half_matrix", "get_interleave_matrix", "get_quarter_matrix",
+                                   "get_interleave_half_matrix"])
+def test_builders_check_n_and_dtype(build):
+    import numpy as np
+
+    fn = getattr(ext, build)
+    want = fn(8)
+    # Any integral n: NumPy integers and 0-dim integer tensors are as good as int.
+    for n in (np.int64(8), torch.tensor(8), np.int32(8)):
+        assert torch.equal(fn(n), want)
+    for n in (8.0, "8", None, True):
+        with pytest.raises(TypeError, match=f"{build}: n must be an integer, got"):
+            fn(n)
+    with pytest.raises(ValueError, match=f"{build}: n must be a positive multiple of"):
+        fn(-4)
+    # A dtype that cannot hold -1 would silently build another matrix (uint8: -1 -> 255).
+    for dtype in (torch.uint8, torch.bool, torch.complex64):
+        with pytest.raises(TypeError, match=f"{build}: dtype must be a real dtype that holds -1.*got {dtype}"):
+            fn(8, dtype=dtype)
+    for dtype in (torch.int8, torch.int64, torch.float16, torch.bfloat16, torch.float64):
+        m = fn(8, dtype=dtype)
+        assert m.dtype == dtype and torch.equal(m.float(), want)
 
 
 def test_builders_agree_on_default_dtypes():

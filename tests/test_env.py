@@ -92,3 +92,32 @@ def test_isa_invalid_value_is_rejected_by_a_call_that_moves_nothing():
     )
     out = run_python(script, env=fresh_env(NPU_OPS_CPU_ISA="avx3"))
     assert 'NPU_OPS_CPU_ISA="avx3" is not valid' in out
+
+
+def test_output_cache_invalid_value_is_rejected_by_every_op():
+    # Also by the in-place op, which allocates no output, and by calls that move nothing; x is
+    # left as it was.
+    script = (
+        "import torch, npu_ops_transformer_ext as ext\n"
+        "ops = torch.ops.npu_ops_transformer_ext\n"
+        "y = ext.get_half_matrix(8)\n"
+        "for shape in ((2, 4, 8), (2, 0, 8)):\n"
+        "    x = torch.randn(shape)\n"
+        "    before = x.clone()\n"
+        "    t = torch.randn(shape[1], 8)\n"
+        "    for name, call in (('rope_matrix', lambda: ops.rope_matrix(x, y, t, t)),\n"
+        "                       ('rope_matrix_qk', lambda: ops.rope_matrix_qk(x, x, y, t, t)),\n"
+        "                       ('rope_matrix_', lambda: ops.rope_matrix_(x, y, t, t))):\n"
+        "        try:\n"
+        "            call()\n"
+        "            print(name, shape[1], 'accepted')\n"
+        "        except ValueError as e:\n"
+        "            print(name, shape[1], 'ValueError', 'NPU_OPS_CPU_OUTPUT_CACHE_MB=\"12MB\" is not valid' in str(e))\n"
+        "    print('unchanged', torch.equal(x, before))\n"
+    )
+    out = run_python(script, env=fresh_env(NPU_OPS_CPU_OUTPUT_CACHE_MB="12MB")).strip().splitlines()
+    want = []
+    for s in (4, 0):
+        want += [f"{op} {s} ValueError True" for op in ("rope_matrix", "rope_matrix_qk", "rope_matrix_")]
+        want.append("unchanged True")
+    assert out == want

@@ -87,6 +87,14 @@ def test_limit_fn_moves_the_bytes():
     both = sweep.limit_fn([x, k], [torch.randn(64, 128)], calls=2)()
     assert torch.equal(both[0], x) and torch.equal(both[1], k)
     assert sweep.limit_of("rope_matrix_qk") == "limit_qk" and sweep.limit_of("copy_") == "limit"
+    # The bytes each provider moves (its GB/s): x read and written, q and k both for the fused call
+    # and its limit, the tables once.
+    tabs = [torch.randn(64, 128), torch.randn(64, 128).half()]
+    one = 2 * x.numel() * 2 + 64 * 128 * (4 + 2)
+    for p in ("rope_matrix", "limit", "copy_", "clone"):
+        assert sweep.moved_bytes(p, x, tabs) == one, p
+    for p in ("rope_matrix_qk", "limit_qk"):
+        assert sweep.moved_bytes(p, x, tabs) == one + 2 * x.numel() * 2, p
 
 
 def test_sweep_tiny_grid(tmp_path, capsys):

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <iomanip>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -49,6 +51,22 @@ std::string dtype_name(at::ScalarType t) {
 }
 
 namespace {
+
+// A 0-dim tensor's value as the user wrote it: integers in full, floating values with the digits
+// that tell any two doubles apart (the default 6 would print 1.0000001 as "1").
+std::string exact_value_str(const at::Tensor& v) {
+  std::ostringstream os;
+  if (at::isIntegralType(v.scalar_type(), /*includeBool=*/false)) {
+    if (v.scalar_type() == at::kUInt64) {
+      os << v.item().toUInt64();
+    } else {
+      os << v.item().toLong();
+    }
+  } else {
+    os << std::setprecision(std::numeric_limits<double>::max_digits10) << v.item<double>();
+  }
+  return os.str();
+}
 
 // "torch.bfloat16 (x.dtype) or torch.float32", or "torch.float32 (x.dtype)" for a float32 x.
 std::string x_dtype_or_float(at::ScalarType x_dtype, const char* x_name) {
@@ -128,8 +146,9 @@ RopeOperands check_rope_matrix_inputs(const char* op, const at::Tensor& x, const
       const int64_t i = bad[0][0].item<int64_t>(), j = bad[0][1].item<int64_t>();
       TORCH_CHECK_VALUE(false, op, ": mat has dtype ", dtype_name(mt), " and entries that ",
                         dtype_name(x.scalar_type()), " (", x_name, ".dtype) cannot hold exactly, e.g. mat[",
-                        i, ", ", j, "] = ", mat.select(0, i).select(0, j).item<double>(), "; pass mat.to(",
-                        x_name, ".dtype) to round them once, or mat.float()");
+                        i, ", ", j, "] = ", exact_value_str(mat.select(0, i).select(0, j)), " (",
+                        exact_value_str(r.mat.select(0, i).select(0, j)), " in ", dtype_name(x.scalar_type()),
+                        "); pass mat.to(", x_name, ".dtype) to round them once, or mat.float()");
     }
   }
   return r;

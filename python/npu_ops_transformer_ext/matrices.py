@@ -2,7 +2,8 @@
 
 Every builder returns a signed permutation (each row and each column holds exactly one entry, +1 or
 -1), so ``x @ R`` only moves and negates elements: it is exact in any dtype, and the operator takes
-its gather-free fused path and is bit-exact. Each builder takes ``dtype`` and ``device``. The
+its gather-free fused path and is bit-exact. Each builder takes ``dtype`` (a floating or signed
+integer dtype: one that holds -1) and ``device``. The
 default dtype is float32, as for the tables (``tables.py``): the operator takes a float32 matrix with
 every x dtype, and a signed permutation in any dtype (its entries are exact everywhere).
 
@@ -10,6 +11,8 @@ In the docstrings, ``x1, x2 = x.chunk(2, -1)`` and ``rotate_half(x) = cat(-x2, x
 ``rotate_every_two(x)`` maps ``(x0, x1, x2, x3, ...)`` to ``(-x1, x0, -x3, x2, ...)``.
 """
 from __future__ import annotations
+
+import operator
 
 import torch
 
@@ -23,9 +26,19 @@ __all__ = [
 ]
 
 
-def _check_n(n: int, multiple: int, name: str) -> None:
-    if not isinstance(n, int) or n <= 0 or n % multiple:
-        raise ValueError(f"{name}: n must be a positive multiple of {multiple}, got {n!r}")
+def _check_n(n: int, multiple: int, name: str, dtype: torch.dtype) -> int:
+    """n as an int (any integral type: int, NumPy or 0-dim integer tensor); checks n and dtype."""
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"{name}: n must be an integer, got {type(n).__name__} {n!r}")
+    n = operator.index(n)
+    if n <= 0 or n % multiple:
+        raise ValueError(f"{name}: n must be a positive multiple of {multiple}, got {n}")
+    if not isinstance(dtype, torch.dtype) or dtype.is_complex or not dtype.is_signed:
+        raise TypeError(
+            f"{name}: dtype must be a real dtype that holds -1 (a floating dtype or a signed integer "
+            f"dtype), got {dtype}"
+        )
+    return n
 
 
 def get_interleave_matrix(
@@ -37,7 +50,7 @@ def get_interleave_matrix(
     ``(2i, 2i+1)`` rotate together and the tables repeat each angle twice in a row
     (``cos = [c0, c0, c1, c1, ...]``). n must be even.
     """
-    _check_n(n, 2, "get_interleave_matrix")
+    n = _check_n(n, 2, "get_interleave_matrix", dtype)
     m = torch.zeros(n, n, dtype=dtype, device=device)
     i = torch.arange(0, n, 2, device=device)
     m[i, i + 1] = 1
@@ -54,7 +67,7 @@ def get_half_matrix(
     element pairs ``(i, i + n/2)`` rotate together and the tables hold each angle in both halves
     (``cos = [c0 .. c(n/2-1), c0 .. c(n/2-1)]``). n must be even.
     """
-    _check_n(n, 2, "get_half_matrix")
+    n = _check_n(n, 2, "get_half_matrix", dtype)
     h = n // 2
     m = torch.zeros(n, n, dtype=dtype, device=device)
     eye = torch.eye(h, dtype=dtype, device=device)
@@ -72,7 +85,7 @@ def get_quarter_matrix(
     ``R = compose_matrix(get_half_matrix(n/2), get_half_matrix(n/2))``: pairs ``(i, i + n/4)`` inside
     each half. n must be a multiple of 4.
     """
-    _check_n(n, 4, "get_quarter_matrix")
+    n = _check_n(n, 4, "get_quarter_matrix", dtype)
     half = get_half_matrix(n // 2, dtype=dtype, device=device)
     return compose_matrix(half, half)
 
@@ -89,7 +102,7 @@ def get_interleave_half_matrix(
     CANN RotaryPositionEmbedding operator calls "interleave-half" (DeepSeek's interleaved weights
     rotated the half way). n must be even.
     """
-    _check_n(n, 2, "get_interleave_half_matrix")
+    n = _check_n(n, 2, "get_interleave_half_matrix", dtype)
     perm = torch.cat([torch.arange(0, n, 2), torch.arange(1, n, 2)])
     p = torch.zeros(n, n, dtype=torch.float32)
     p[perm, torch.arange(n)] = 1

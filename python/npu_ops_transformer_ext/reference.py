@@ -2,7 +2,10 @@
 
 ``rope_matrix_reference`` is the contract itself: it upcasts to float32 (float64 for float64 x)
 because the operator promises fp32 math with a single rounding to x.dtype at the end; computing in
-bf16 would round after every op and differ from the contract by design, not by error.
+bf16 would round after every op and differ from the contract by design, not by error. For a dense
+``mat`` it fixes one accumulation order (torch's matmul), which the operator does not promise to
+follow: there results agree within rounding, and an Inf from a partial sum that overflows in one
+order may be a finite value in the other.
 
 The ``v1``/``v2``/``v3`` functions are the original operator's script versions (seed ``test_rope.py``)
 for any number of RoPE axes: v1 rearranges elements (split, rotate_half or rotate_every_two,

@@ -153,7 +153,8 @@ def bench_providers(
 
 def moved_bytes(provider: str, x: torch.Tensor, tables: Sequence[torch.Tensor]) -> int:
     """Bytes a provider's call must move: x read and written (twice that for q + k), tables read once."""
-    n = 2 * x.numel() * x.element_size() * (2 if limit_of(provider) == "limit_qk" else 1)
+    qk = provider == "limit_qk" or limit_of(provider) == "limit_qk"  # q + k: the op and its limit
+    n = 2 * x.numel() * x.element_size() * (2 if qk else 1)
     return n + sum(t.numel() * t.element_size() for t in tables)
 
 
