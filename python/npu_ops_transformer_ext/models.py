@@ -65,6 +65,14 @@ _WAN_CACHE: OrderedDict[tuple, tuple] = OrderedDict()
 _WAN_CACHE_SIZE = 8
 
 
+def _wan_grids(grid_sizes: Tensor | Sequence[Sequence[int]]) -> list[tuple[int, int, int]]:
+    """Wan's ``grid_sizes`` (a ``[B, 3]`` tensor or a list of (f, h, w)) as a list of int tuples."""
+    return [
+        tuple(int(v) for v in g)
+        for g in (grid_sizes.tolist() if isinstance(grid_sizes, Tensor) else grid_sizes)
+    ]
+
+
 def wan_rope_tables(
     grid_sizes: Tensor | Sequence[Sequence[int]],
     freqs: Tensor,
@@ -82,10 +90,7 @@ def wan_rope_tables(
     the tables were built from, element for element, so a ``freqs`` changed in any way (in place,
     through ``.data``, through a NumPy view) gets new tables.
     """
-    grids = [
-        tuple(int(v) for v in g)
-        for g in (grid_sizes.tolist() if isinstance(grid_sizes, Tensor) else grid_sizes)
-    ]
+    grids = _wan_grids(grid_sizes)
     device = torch.device(device) if device is not None else freqs.device
     key = (tuple(freqs.shape), freqs.dtype, str(freqs.device), tuple(grids), int(seq_len), str(device))
     hit = _WAN_CACHE.get(key)
@@ -165,9 +170,9 @@ def wan_rope_apply(
         out = rope_matrix(xin, mat, sin, cos)
     # Padding tokens: Wan concatenates them unchanged. The tables give them x*1 + partner*0, which
     # is x except for -0 (comes out +0) and an Inf or NaN partner (NaN), so copy them instead.
-    grids = grid_sizes.tolist() if isinstance(grid_sizes, Tensor) else grid_sizes
+    grids = _wan_grids(grid_sizes)
     for i in range(b):
-        f, h, w = (int(v) for v in grids[i if len(grids) > 1 else 0])
+        f, h, w = grids[i if len(grids) > 1 else 0]
         start = max(0, min(L, f * h * w - sp_rank * L))
         if start < L:
             out[i, start:] = xin[i, start:]
