@@ -9,7 +9,12 @@
 // thread takes a contiguous range of the table rows. Layouts:
 //   bsnd      the 24 heads of a table row are adjacent rows of x (one table row per 24 x rows);
 //   bnsd/H    x [1, 24, S, 128]: H heads a batch, a table row loaded for H rows of x, the H heads' rows
-//             walked in turn (as the op's BNSD batches), blocks of 64 table rows.
+//             walked in turn (as the op's BNSD batches), blocks of 64 table rows;
+//   bnsd-cp   the same walk (each head's run of a block's rows, head after head) as memcpy: what
+//             BNSD's memory order alone costs;
+//   bnsd-t1   bnsd/H with every row reading the tables' first row (the same arithmetic, the table
+//             loads always from L1; the results are not RoPE): what reading a table row per H rows
+//             costs.
 // Prints the median and minimum time of each, and their ratios to the memcpy, timed round-robin.
 // Needs AVX512_BF16 (prints a note and exits 0 without it).
 #include <immintrin.h>
@@ -31,18 +36,19 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline __m
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
 }
 
-// Rows of hn heads for table rows [r0, r1): head h's row r at x + xh[h] + r * rs. Returns the lanes
+// Rows of hn heads for table rows [r0, r1): head h's row r at x + xh[h] + r * rs, table row r at
+// ct + r * ts (ts = 0: the first row for all). Returns the lanes
 // whose rounding the op would redo on its exact path (subnormal or NaN results), so that the check
 // is paid for as in the op.
 __attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) uint32_t rows(
     const uint16_t* x, uint16_t* out, const int64_t* xh, int hn, int64_t rs, const uint16_t* ct, const uint16_t* st,
-    int64_t r0, int64_t r1) {
+    int64_t ts, int64_t r0, int64_t r1) {
   uint32_t fix = 0;
   for (int64_t r = r0; r < r1; ++r) {
     __m512 c[8], s[8];
     for (int i = 0; i < 8; ++i) {
-      c[i] = load_bf16(ct + r * kD + 16 * i);
-      s[i] = load_bf16(st + r * kD + 16 * i);
+      c[i] = load_bf16(ct + r * ts + 16 * i);
+      s[i] = load_bf16(st + r * ts + 16 * i);
     }
     for (int h = 0; h < hn; ++h) {
       const uint16_t* xr = x + xh[h] + r * rs;
@@ -106,12 +112,13 @@ int main(int argc, char** argv) {
     bsnd_off[h] = h * kD;      // [S, 24, 128]
     bnsd_off[h] = h * S * kD;  // [24, S, 128]
   }
-  const char* names[3] = {"memcpy", "bsnd", "bnsd"};
-  std::vector<double> t[3];
+  constexpr int kN = 5;
+  const char* names[kN] = {"memcpy", "bsnd", "bnsd", "bnsd-cp", "bnsd-t1"};
+  std::vector<double> t[kN];
   uint32_t sink = 0;
   for (int round = 0; round < rounds; ++round) {
-    for (int k = 0; k < 3; ++k) {
-      const int which = (round + k) % 3;
+    for (int k = 0; k < kN; ++k) {
+      const int which = (round + k) % kN;
       const auto t0 = std::chrono::steady_clock::now();
 #pragma omp parallel num_threads(threads) reduction(| : sink)
       {
@@ -121,11 +128,19 @@ int main(int argc, char** argv) {
           // The bytes of this thread's table rows in both layouts' memory order.
           std::memcpy(out + a * kHeads * kD, x + a * kHeads * kD, static_cast<size_t>(b - a) * kHeads * kD * 2);
         } else if (which == 1) {
-          sink |= rows(x, out, bsnd_off.data(), kHeads, kHeads * kD, ct, st, a, b);
+          sink |= rows(x, out, bsnd_off.data(), kHeads, kHeads * kD, ct, st, kD, a, b);
+        } else if (which == 3) {
+          for (int64_t r0 = a; r0 < b; r0 += kBlockRows) {
+            const int64_t nr = std::min(b, r0 + kBlockRows) - r0;
+            for (int h = 0; h < kHeads; ++h) {
+              std::memcpy(out + bnsd_off[h] + r0 * kD, x + bnsd_off[h] + r0 * kD, static_cast<size_t>(nr) * kD * 2);
+            }
+          }
         } else {
+          const int64_t ts = which == 2 ? kD : 0;
           for (int64_t r0 = a; r0 < b; r0 += kBlockRows) {
             for (int h0 = 0; h0 < kHeads; h0 += hb) {
-              sink |= rows(x, out, bnsd_off.data() + h0, hb, kD, ct, st, r0, std::min(b, r0 + kBlockRows));
+              sink |= rows(x, out, bnsd_off.data() + h0, hb, kD, ct, st, ts, r0, std::min(b, r0 + kBlockRows));
             }
           }
         }
@@ -137,7 +152,7 @@ int main(int argc, char** argv) {
   g_sink = sink;
   std::printf("x [1, %d, %lld, %d] bf16 (%.2f MiB), %d threads, bnsd %d heads a batch, %d rounds\n", kHeads,
               static_cast<long long>(S), kD, n * 2 / 1048576.0, threads, hb, rounds);
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < kN; ++k) {
     const double med = median(t[k]), mn = *std::min_element(t[k].begin(), t[k].end());
     std::printf("  %-7s median %8.1f us (%.2fx memcpy)  min %8.1f us (%.2fx)\n", names[k], med, med / mc_med, mn,
                 mn / mc_min);

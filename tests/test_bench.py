@@ -61,7 +61,7 @@ def test_row_loop_floor_builds_and_runs(tmp_path):
         pytest.skip("this CPU has no AVX512_BF16")
     lines = out.strip().splitlines()
     assert lines[0].startswith("x [1, 24, 16, 128] bf16") and "2 threads, bnsd 4 heads a batch, 5 rounds" in lines[0]
-    assert [line.split()[0] for line in lines[1:]] == ["memcpy", "bsnd", "bnsd"]
+    assert [line.split()[0] for line in lines[1:]] == ["memcpy", "bsnd", "bnsd", "bnsd-cp", "bnsd-t1"]
     copy_median = float(lines[1].split()[2])
     for line in lines[1:]:
         f = line.split()  # name, "median", us, "us", "(R.RRx", "memcpy)", "min", us, "us", "(R.RRx)"
