@@ -37,9 +37,8 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline __m
 }
 
 // Rows of hn heads for table rows [r0, r1): head h's row r at x + xh[h] + r * rs, table row r at
-// ct + r * ts (ts = 0: the first row for all). Returns the lanes
-// whose rounding the op would redo on its exact path (subnormal or NaN results), so that the check
-// is paid for as in the op.
+// ct + r * ts (ts = 0: the first row for all). Returns the lanes whose rounding the op would redo
+// on its exact path (subnormal or NaN results), so that the check is paid for as in the op.
 __attribute__((target("avx512f,avx512bw,avx512bf16"), noinline)) uint32_t rows(
     const uint16_t* x, uint16_t* out, const int64_t* xh, int hn, int64_t rs, const uint16_t* ct, const uint16_t* st,
     int64_t ts, int64_t r0, int64_t r1) {
