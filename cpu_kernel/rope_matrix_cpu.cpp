@@ -52,16 +52,21 @@ constexpr int64_t kStreamBlockRows16 = 1024;
 // [1, 24, 256, 128] bf16, 2 threads: 23.7-24.9 us with 1 or 2 items a thread, 25-29.5 with 8;
 // no change at 6 MiB and up, where the blocks are kTableBlockBytes anyway).
 constexpr int64_t kItemsPerThread = 2;
-// Broadcast positions (heads) whose rows one batch interleaves, row by row, when they are far
-// apart in x (BNSD): each table row, loaded once, serves that many x rows. Measured on the 2-core
-// AMD development machine (2 threads, x [1, 24, S, 128], two sweep runs each of 1, 2 and 4 heads):
-// at S = 32768, bf16 and fp16 were 1.11 and 1.18-1.19x the memory limit with two heads against
+// Broadcast positions (heads) whose rows one batch interleaves, row by row, when they are far apart
+// in x (BNSD): each table row, loaded once, serves that many x rows. Measured on the 2-core AMD
+// development machine (2 threads, x [1, 24, S, 128], two sweep runs each of 1, 2 and 4 heads): at
+// S = 32768, bf16 and fp16 were 1.11 and 1.18-1.19x the memory limit with two heads against
 // 1.19-1.23 and 1.25-1.26 with four, and fp32 1.10-1.12 with four against 1.15-1.16 with two; from
-// 1.5 to 24 MiB the choice made no clear difference. Heads that are adjacent rows of x (BSND) all
-// go in one batch, up to kMaxHeadsPerBatch: x is then read straight through. (Apart heads whose
-// rows span a multiple of 4 KiB put row r of every head in the same L1 sets: more heads a batch
-// evict their own lines; a standalone bf16 half loop at x [1, 24, 1024, 128], one thread: 24 heads
-// 8.7 ns a row, 4 heads 6.8, 2 heads 6.3, 24 heads with the head stride padded by 320 bytes 5.9.)
+// 1.5 to 24 MiB the sweeps showed no clear difference, but in cache, with the op's variants and the
+// limit timed round-robin in one process, two heads are the fastest for 16-bit x: bf16 half, 2
+// threads, S = 256 32.3 us against 38.9 / 37.6 / 37.0 / 35.6 / 33.6 with 1 / 3 / 4 / 6 / 24 heads,
+// S = 1024 102.8 against 132.0 / 116.5 / 119.0 / 117.4 / 108.3 (half mode in fp16 alike; in 3D, 24
+// heads came out from 7 % faster to 8 % slower than two, from cell to cell and run to run). Heads
+// that are adjacent rows of x (BSND) all go in one batch, up to kMaxHeadsPerBatch: x is then read
+// straight through. (Apart heads whose rows span a multiple of 4 KiB put row r of every head in the
+// same L1 sets: more heads a batch evict their own lines; a standalone bf16 half loop at x
+// [1, 24, 1024, 128], one thread: 24 heads 8.7 ns a row, 4 heads 6.8, 2 heads 6.3, 24 heads with
+// the head stride padded by 320 bytes 5.9.)
 constexpr int64_t kHeadsPerBatch = 4;
 constexpr int64_t kHeadsPerBatch16 = 2;
 constexpr int64_t kMaxHeadsPerBatch = 64;
