@@ -155,7 +155,8 @@ def wan_rope_apply(
     tokens ``[sp_rank * L, (sp_rank + 1) * L)``; tokens past ``f*h*w`` (the padding) pass through.
     """
     b, L, _n, d = x.shape
-    cos, sin = wan_rope_tables(grid_sizes, freqs, L * sp_size, device=x.device)
+    grids = _wan_grids(grid_sizes)  # once: a grid_sizes tensor on a device costs a sync to read
+    cos, sin = wan_rope_tables(grids, freqs, L * sp_size, device=x.device)
     if sp_size > 1:
         cos, sin = cos[:, sp_rank * L : (sp_rank + 1) * L], sin[:, sp_rank * L : (sp_rank + 1) * L]
     xin = x if out_dtype is None else x.to(out_dtype)
@@ -170,7 +171,6 @@ def wan_rope_apply(
         out = rope_matrix(xin, mat, sin, cos)
     # Padding tokens: Wan concatenates them unchanged. The tables give them x*1 + partner*0, which
     # is x except for -0 (comes out +0) and an Inf or NaN partner (NaN), so copy them instead.
-    grids = _wan_grids(grid_sizes)
     for i in range(b):
         f, h, w = grids[i if len(grids) > 1 else 0]
         start = max(0, min(L, f * h * w - sp_rank * L))
