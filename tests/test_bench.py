@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from fresh_python import run_python
 from npu_ops_transformer_ext import bench
 
 
@@ -133,8 +134,7 @@ def _fake_package(folder, build_rev):
 def _revision_seen_from(folder):
     code = "from npu_ops_transformer_ext import _cli; print(_cli.git_revision())"
     env = {"PYTHONPATH": str(folder), "PATH": os.environ.get("PATH", "")}
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return run_python(code, env=env).strip()
 
 
 def test_git_revision_of_an_install_inside_a_checkout_is_its_build(tmp_path):
