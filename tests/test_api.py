@@ -477,6 +477,37 @@ def test_dense_matrix_in_another_dtype_must_be_exact():
         ext.rope_matrix(x.float().double(), big, t, t)
 
 
+@pytest.mark.parametrize("x_dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("mat_dtype", [torch.int32, torch.int64, torch.int16])
+def test_integer_matrix_beyond_x_range_is_refused(x_dtype, mat_dtype):
+    """An integer entry beyond x.dtype's range rounds to Inf in x.dtype; Inf converted back to an
+    integer type is undefined (the most negative integer on x86), so the round trip alone would
+    let the most negative integer through. Every entry beyond the range is refused, eagerly and
+    under torch.compile."""
+    x = torch.arange(4, dtype=x_dtype).reshape(1, 4)
+    t = torch.ones(4)
+    info = torch.iinfo(mat_dtype)
+    holds_all = x_dtype == torch.bfloat16 or info.bits <= 16  # float16 tops out at 65504
+    for value in (info.min, info.max, -(2**15) - 1 if info.bits > 16 else info.min):
+        mat = torch.eye(4, dtype=mat_dtype)
+        mat[0, 0] = value
+        exact = float(mat[0, 0].to(x_dtype)) == value
+        for fn in (ext.rope_matrix, torch.compile(ext.rope_matrix, fullgraph=True)):
+            torch._dynamo.reset()
+            if exact:
+                out = fn(x, mat, t, t)
+                assert torch.equal(out, ext.rope_matrix(x, mat.to(x_dtype), t, t))
+            else:
+                with pytest.raises(Exception, match=r"mat has dtype .* cannot hold exactly, e.g. mat\[0, 0\]"):
+                    fn(x, mat, t, t)
+    if not holds_all:
+        # the case that slipped through: the most negative integer with float16 x
+        mat = torch.eye(4, dtype=mat_dtype)
+        mat[0, 0] = info.min
+        with pytest.raises(ValueError, match=r"mat\[0, 0\] = -"):
+            ext.rope_matrix(x, mat, t, t)
+
+
 @pytest.mark.parametrize("build", ["get_half_matrix", "get_interleave_matrix", "get_quarter_matrix",
                                    "get_interleave_half_matrix"])
 def test_builders_check_n_and_dtype(build):

@@ -189,6 +189,50 @@ def test_dx_free_table_signed_permutation_is_exact():
     torch.testing.assert_close(dx, g * cos + (g * sin) @ y.t(), rtol=0, atol=0)
 
 
+def _bits(t):
+    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float64])
+def test_dx_signed_zero_tables_bit_exact(dtype):
+    """Tables whose pairs hold +0 and -0 (equal as values, not as bits): the x-gradient of a
+    signed permutation is still the exact formula, the sign of every zero included: g*cos plus
+    g*sin moved by y^T (an exact move), each product and the sum rounded in fp32 (fp64 for fp64),
+    then once to the dtype. Also through rope_matrix_qk's backward."""
+    from npu_ops_transformer_ext.reference import rotate_by_matrix
+
+    acc = torch.float64 if dtype == torch.float64 else torch.float32
+    gen = torch.Generator().manual_seed(7)
+    d = 16
+    perm = torch.randperm(d, generator=gen)
+    signs = torch.where(torch.rand(d, generator=gen) < 0.5, -1.0, 1.0)
+    random_perm = torch.zeros(d, d)
+    random_perm[torch.arange(d), perm] = signs
+    values = torch.tensor([0.0, -0.0, 0.5, -0.5, 1.0])
+    for y in (matrices.get_half_matrix(d), matrices.get_interleave_matrix(d), random_perm):
+        y = y.to(acc if dtype == torch.float64 else torch.float32)
+        sin = values[torch.randint(0, 5, (6, d), generator=gen)].to(dtype)
+        cos = values[torch.randint(0, 5, (6, d), generator=gen)].to(dtype)
+        g = values[torch.randint(0, 5, (2, 6, d), generator=gen)].to(dtype)
+        x = torch.randn(2, 6, d, generator=gen).to(dtype).requires_grad_()
+        expected = (
+            (g.to(acc) * cos.to(acc)) + rotate_by_matrix(g.to(acc) * sin.to(acc), y.to(acc).t())
+        ).to(dtype)
+        (dx,) = torch.autograd.grad(ext.rope_matrix(x, y, sin, cos), x, g)
+        assert torch.equal(_bits(dx), _bits(expected))
+        k = torch.randn(2, 6, d, generator=gen).to(dtype).requires_grad_()
+        dq, dk = torch.autograd.grad(ext.rope_matrix_qk(x, k, y, sin, cos), (x, k), (g, g))
+        assert torch.equal(_bits(dq), _bits(expected)) and torch.equal(_bits(dk), _bits(expected))
+    # the smallest case: sin = [+0, -0] under half rotation; the gradient is [-0, -0]
+    x = torch.ones(1, 2, dtype=dtype, requires_grad=True)
+    (dx,) = torch.autograd.grad(
+        ext.rope_matrix(x, matrices.get_half_matrix(2), torch.tensor([0.0, -0.0]), torch.tensor([-0.0, -0.0])),
+        x,
+        torch.ones(1, 2, dtype=dtype),
+    )
+    assert torch.equal(_bits(dx), _bits(torch.tensor([[-0.0, -0.0]], dtype=dtype)))
+
+
 def test_qk_grads_equal_separate_calls_and_missing_grad():
     y = matrices.get_interleave_matrix(16, dtype=torch.float32)
     sin, cos = (t.requires_grad_() for t in _rope_tables("interleave", 6, 16))

@@ -242,6 +242,37 @@ def test_compiled_in_place_on_packed_qkv():
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_empty_x_with_zero_strides_is_taken(dtype):
+    """An empty x has no two elements that share memory, expanded or not (torch's own in-place
+    ops take it): rope_matrix_ takes it eagerly, in the fake kernel and under torch.compile, writes
+    nothing, and still bumps x's version. Its out-of-place twin is empty too."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mat = get_half_matrix(4)
+    ones = torch.ones(4)
+    views = [
+        torch.empty(1, 0, 4, dtype=dtype).expand(2, 0, 4),
+        torch.empty(0, 1, 4, dtype=dtype).expand(0, 3, 4),
+        torch.empty(0, 4, dtype=dtype).as_strided((0, 5, 4), (0, 0, 1)),
+    ]
+    for x in views:
+        x.add_(1)  # torch's own in-place op takes it
+        version = x._version
+        assert ext.rope_matrix_(x, mat, ones, ones) is None
+        assert x._version == version + 1
+        assert ops.rope_matrix(x, mat, ones, ones).shape == x.shape
+        with FakeTensorMode() as mode:
+            ops.rope_matrix_(mode.from_tensor(x), *(mode.from_tensor(t) for t in (mat, ones, ones)))
+
+        def f(t):
+            ops.rope_matrix_(t, mat, ones, ones)
+            return t
+
+        torch._dynamo.reset()
+        assert torch.compile(f, fullgraph=True)(x).shape == x.shape
+
+
 def test_fake_kernel_refuses_like_eager():
     from torch._subclasses.fake_tensor import FakeTensorMode
 

@@ -140,7 +140,13 @@ RopeOperands check_rope_matrix_inputs(const char* op, const at::Tensor& x, const
     // dtype), converted to x.dtype; otherwise the caller chooses the rounding.
     r.mat = mat.to(x.scalar_type());
     at::Tensor differs = r.mat.to(mt).ne(mat);
-    if (at::isFloatingType(mt)) differs = differs.logical_and(mat.isnan().logical_not());
+    if (at::isFloatingType(mt)) {
+      differs = differs.logical_and(mat.isnan().logical_not());
+    } else {
+      // An integer beyond x.dtype's range rounds to Inf, and Inf converted back to an integer type
+      // is undefined (INT_MIN on x86, which would pass the round trip for mat = INT_MIN).
+      differs = differs.logical_or(r.mat.isinf());
+    }
     const at::Tensor bad = differs.nonzero();
     if (bad.size(0) > 0) {
       const int64_t i = bad[0][0].item<int64_t>(), j = bad[0][1].item<int64_t>();
@@ -248,6 +254,7 @@ constexpr int64_t kMaxEnumerated = int64_t(1) << 24;
 }  // namespace
 
 InternalOverlap internal_overlap(const at::Tensor& x) {
+  if (x.numel() == 0) return InternalOverlap::kNo;  // no elements, none shared (an expanded empty view too)
   Layout l = layout_of(x, /*drop_zero_strides=*/false);
   if (!l.dims.empty() && l.dims.back().second == 0) return InternalOverlap::kYes;
   // The largest stride that exceeds the whole span of the smaller ones separates its slices: drop

@@ -14,8 +14,8 @@ Gradients, with ``g = dL/dout`` and ``sum_b`` the sum over the dimensions a tabl
     dsin = sum_b(g * (x @ y))
     dy   = X^T @ (g * sin)                   (X, g*sin flattened to [M, D])
 
-**dx in one kernel pass.** When ``sin`` is equal within each rotated pair (``sin[..., i] ==
-sin[..., j]`` wherever ``y[i, j] != 0``, true for every table a RoPE model builds),
+**dx in one kernel pass.** When ``sin`` is equal within each rotated pair (``sin[..., i]`` and
+``sin[..., j]`` the same bits wherever ``y[i, j] != 0``, true for every table a RoPE model builds),
 ``(g * sin) @ y^T == (g @ y^T) * sin`` and ``dx = rope_matrix(g, y^T, sin, cos)``: one call of the
 registered op, the same fused kernel as the forward on CPU and NPU. For a signed-permutation
 ``y`` with any other ``sin`` it is still one call, with ``sin`` gathered along the pairs
@@ -52,6 +52,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ._bits import same_bits
 from .ops import check_inputs
 
 _NS = "npu_ops_transformer_ext"
@@ -97,13 +98,15 @@ def pair_partner(y: Tensor) -> Tensor | None:
 
 def sin_is_pair_equal(y: Tensor, sin: Tensor) -> bool:
     """True when ``sin[..., i] == sin[..., j]`` wherever ``y[i, j] != 0``: the condition under which
-    the x-gradient is the single call ``rope_matrix(g, y^T, sin, cos)``. Reads y and sin's values."""
+    the x-gradient is the single call ``rope_matrix(g, y^T, sin, cos)``. Reads y and sin's values;
+    equal means the same bits (a ``+0`` paired with a ``-0`` is not equal: the sign of a zero
+    product would change)."""
     p = pair_partner(y)
     if p is not None:
-        return bool(torch.equal(sin.index_select(-1, p), sin))
+        return same_bits(sin.index_select(-1, p), sin)
     rows, cols = (y.detach() != 0).nonzero(as_tuple=True)
     rows, cols = rows.to(sin.device), cols.to(sin.device)
-    return bool(torch.equal(sin.index_select(-1, rows), sin.index_select(-1, cols)))
+    return same_bits(sin.index_select(-1, rows), sin.index_select(-1, cols))
 
 
 def _dx_table(y: Tensor, sin: Tensor) -> Tensor | None:
@@ -115,7 +118,7 @@ def _dx_table(y: Tensor, sin: Tensor) -> Tensor | None:
             return sin
         return None
     gathered = sin.index_select(-1, p)
-    return sin if torch.equal(gathered, sin) else gathered
+    return sin if same_bits(gathered, sin) else gathered
 
 
 def _dx_general(g: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:

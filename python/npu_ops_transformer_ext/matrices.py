@@ -69,11 +69,11 @@ def get_half_matrix(
     """
     n = _check_n(n, 2, "get_half_matrix", dtype)
     h = n // 2
-    m = torch.zeros(n, n, dtype=dtype, device=device)
-    eye = torch.eye(h, dtype=dtype, device=device)
+    m = torch.zeros(n, n, dtype=torch.float32)  # built in float32: not every dtype has neg (float8)
+    eye = torch.eye(h)
     m[:h, h:] = eye
     m[h:, :h] = -eye
-    return m
+    return m.to(dtype=dtype, device=device)
 
 
 def get_quarter_matrix(

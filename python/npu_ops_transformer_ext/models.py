@@ -24,6 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from ._bits import same_bits
 from .matrices import get_half_matrix, get_interleave_matrix
 from .ops import rope_matrix, rope_matrix_qk
 
@@ -87,14 +88,14 @@ def wan_rope_tables(
     freqs_w[i_w]``: ``cos = Re``, ``sin = Im``, each repeated over its pair. Tokens past
     ``f*h*w`` get cos 1, sin 0 (``wan_rope_apply`` copies those tokens through). Cached per
     (freqs's contents, grids, seq_len, device): a hit compares ``freqs`` with a copy of the freqs
-    the tables were built from, element for element, so a ``freqs`` changed in any way (in place,
+    the tables were built from, bit for bit, so a ``freqs`` changed in any way (in place,
     through ``.data``, through a NumPy view) gets new tables.
     """
     grids = _wan_grids(grid_sizes)
     device = torch.device(device) if device is not None else freqs.device
     key = (tuple(freqs.shape), freqs.dtype, str(freqs.device), tuple(grids), int(seq_len), str(device))
     hit = _WAN_CACHE.get(key)
-    if hit is not None and torch.equal(hit[0], freqs.detach()):
+    if hit is not None and same_bits(hit[0], freqs.detach()):
         _WAN_CACHE.move_to_end(key)
         return hit[1]
     c = freqs.shape[1]

@@ -194,6 +194,8 @@ def _overlaps_itself(x) -> bool | None:
     sizes, strides = list(x.shape), list(x.stride())
     if not _concrete(*sizes, *strides):
         return None
+    if 0 in sizes:  # no elements, none shared (an expanded empty view too)
+        return False
     dims = sorted(((n, st) for n, st in zip(sizes, strides) if n > 1), key=lambda d: -d[1])
     if dims and dims[-1][1] == 0:
         return True
