@@ -524,12 +524,18 @@ def test_builders_check_n_and_dtype(build):
     with pytest.raises(ValueError, match=f"{build}: n must be a positive multiple of"):
         fn(-4)
     # A dtype that cannot hold -1 would silently build another matrix (uint8: -1 -> 255).
-    for dtype in (torch.uint8, torch.bool, torch.complex64):
+    for dtype in (torch.uint8, torch.bool, torch.complex64, torch.float8_e8m0fnu):
         with pytest.raises(TypeError, match=f"{build}: dtype must be a real dtype that holds -1.*got {dtype}"):
             fn(8, dtype=dtype)
-    for dtype in (torch.int8, torch.int64, torch.float16, torch.bfloat16, torch.float64):
+    # float8 has no neg on the CPU: the builders must not need it.
+    float8 = (torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz)
+    x = torch.randn(3, 8).bfloat16()
+    sin, cos = torch.randn(3, 8), torch.randn(3, 8)
+    for dtype in (torch.int8, torch.int64, torch.float16, torch.bfloat16, torch.float64) + float8:
         m = fn(8, dtype=dtype)
         assert m.dtype == dtype and torch.equal(m.float(), want)
+        assert ext.is_signed_permutation(m)
+        assert torch.equal(ext.rope_matrix(x, m, sin, cos), ext.rope_matrix(x, want, sin, cos))
 
 
 def test_builders_agree_on_default_dtypes():

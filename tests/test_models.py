@@ -121,6 +121,14 @@ def test_wan_tables_cache_follows_freqs():
         after = models.wan_rope_tables([[1, 2, 2]], freqs, 4)
         assert after is not before
         assert torch.equal(after[0], models.wan_rope_tables([[1, 2, 2]], freqs.clone(), 4)[0])
+    # A sign flip of a zero is a change too (sin(-0) = -0): the cache compares bits, not values.
+    zeros = torch.zeros_like(freqs)
+    a = models.wan_rope_tables([[1, 2, 2]], zeros, 4)
+    b = models.wan_rope_tables([[1, 2, 2]], torch.complex(-zeros.real, -zeros.imag), 4)
+    assert b is not a
+    for table_a, table_b in zip(a, b):  # cos and sin: +0 from +0 freqs, -0 from -0 freqs
+        assert torch.equal(table_a.view(torch.int32), torch.zeros_like(table_a).view(torch.int32))
+        assert torch.equal(table_b.view(torch.int32), torch.full_like(table_b, -0.0).view(torch.int32))
     # ... and so does rope_apply with them.
     x = torch.randn(1, 4, 2, 24)
     a = models.wan_rope_apply(x, [[1, 2, 2]], freqs)
