@@ -278,6 +278,57 @@ def test_yarn_attention_factor_scales_tables_not_tail():
     assert torch.equal(t.cos[:, 32:], torch.ones(16, 32, dtype=F64))
 
 
+@pytest.mark.parametrize("mode", ["half", "interleave"])
+def test_rope_nd_attention_factor_per_axis(mode):
+    """Each axis of rope_nd is its own 1D RoPE: a YaRN factor on one axis scales only that axis's
+    dims (cos^2 + sin^2 = factor^2 there, 1 elsewhere), and two axes keep two factors."""
+    def yarn(af):
+        return {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64,
+                "attention_factor": af}
+
+    grid = (2, 3, 4)
+    t = tables.rope_nd(grid, (8, 8, 8), scaling=[yarn(1.5), None, yarn(0.5)], mode=mode, dtype=F64)
+    norm = t.cos**2 + t.sin**2
+    want = torch.cat([torch.full((8,), 2.25), torch.ones(8), torch.full((8,), 0.25)]).to(F64)
+    torch.testing.assert_close(norm, want.expand_as(norm))
+    # each axis equals rope_1d of that axis alone, scaling included
+    pos = tables.grid_positions(grid)
+    for a, sc in enumerate([yarn(1.5), None, yarn(0.5)]):
+        one = tables.rope_1d(pos[:, a], 8, scaling=sc, mode=mode, dtype=F64)
+        assert torch.equal(t.cos[:, 8 * a : 8 * a + 8], one.cos)
+        assert torch.equal(t.sin[:, 8 * a : 8 * a + 8], one.sin)
+
+
+def test_table_builders_refuse_bad_arguments():
+    import numpy as np
+
+    # an integral S of any integer type is S; a float or bool is refused, not taken as a position
+    assert torch.equal(tables.rope_1d(np.int64(4), 8).cos, tables.rope_1d(4, 8).cos)
+    for bad in (4.0, True):
+        with pytest.raises(TypeError, match="positions must be an int S"):
+            tables.rope_1d(bad, 8)
+    with pytest.raises(ValueError, match="S must be >= 0"):
+        tables.rope_1d(-1, 8)
+    with pytest.raises(TypeError, match="scaling must be None or a mapping"):
+        tables.rope_1d(4, 8, scaling="linear")
+    with pytest.raises(ValueError, match="linear scaling needs 'factor'"):
+        tables.rope_1d(4, 8, scaling={"type": "linear"})
+    for theta in (0.0, -10000.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="theta .* must be a finite number > 0"):
+            tables.rope_1d(4, 8, theta=theta)
+    for kind in ("ntk", "dynamic"):
+        with pytest.raises(ValueError, match=f"{kind} scaling needs dim > 2"):
+            tables.rope_1d(4, 2, scaling={"type": kind, "factor": 2.0, "original_max_position_embeddings": 2})
+    with pytest.raises(TypeError, match="must be a floating dtype, got torch.int32"):
+        tables.rope_1d(4, 8, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"theta must have one entry per axis \(3"):
+        tables.rope_nd((2, 2, 2), (8, 8, 8), theta=[10000.0, 256.0])
+    with pytest.raises(ValueError, match=r"scaling must have one entry per axis \(3"):
+        tables.rope_nd((2, 2, 2), (8, 8, 8), scaling=[None])
+    with pytest.raises(TypeError, match="scaling must be a list of one mapping or None per axis"):
+        tables.rope_nd((2, 2, 2), (8, 8, 8), scaling={"type": "linear", "factor": 2.0})
+
+
 def test_rotary_embedding_module_caches_and_survives_dtype_cast():
     rope = tables.RotaryEmbedding(64, mode="half", layout="BSND")
     a = rope.tables(10)

@@ -29,6 +29,7 @@ its permutation fast path for such a partial signed permutation.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -146,6 +147,11 @@ def rope_inv_freq(
     """
     if dim <= 0 or dim % 2:
         raise ValueError(f"rope_inv_freq: dim must be a positive even number, got {dim}")
+    if scaling is not None and not isinstance(scaling, Mapping):
+        raise TypeError(
+            f"rope_inv_freq: scaling must be None or a mapping such as {{'rope_type': 'linear', "
+            f"'factor': 2.0}} (HF's rope_scaling), got {type(scaling).__name__} {scaling!r}"
+        )
     idx = torch.arange(0, dim, 2, dtype=dtype)
     attn = 1.0
     kind = _kind(scaling)
@@ -155,12 +161,18 @@ def rope_inv_freq(
         )
     if scaling is not None:
         theta = float(_get(scaling, "rope_theta", default=theta))
+    if not (math.isfinite(theta) and theta > 0):
+        raise ValueError(f"rope_inv_freq: theta (the base) must be a finite number > 0, got {theta}")
     orig = None if scaling is None else _get(scaling, "original_max_position_embeddings")
     orig = max_position_embeddings if orig is None else orig
     factor = None if scaling is None else _get(scaling, "factor")
     if factor is None and kind in ("yarn", "longrope") and orig and max_position_embeddings:
         factor = max_position_embeddings / orig
+    if factor is None and kind in ("linear", "ntk", "dynamic", "llama3"):
+        raise ValueError(f"rope_inv_freq: {kind} scaling needs 'factor' in the mapping, got {dict(scaling)}")
     factor = 1.0 if factor is None else float(factor)
+    if kind in ("ntk", "dynamic") and dim == 2:
+        raise ValueError(f"rope_inv_freq: {kind} scaling needs dim > 2 (its exponent is dim / (dim - 2))")
 
     def need_orig():
         if orig is None:
@@ -326,10 +338,13 @@ def rotate_matrix(
     return compose_matrix(*blocks).to(device)
 
 
-def _finish(ang: Tensor, head_dim: int, attn: float, dtype, device, mat: Tensor) -> RopeTables:
-    """Per-element angles ``[..., r]`` -> tables padded to head_dim with the identity."""
+def _finish(ang: Tensor, head_dim: int, attn: float | Tensor, dtype, device, mat: Tensor) -> RopeTables:
+    """Per-element angles ``[..., r]`` -> tables padded to head_dim with the identity. ``attn``: the
+    attention factor, one for all dims or one per rotated dim (``[r]``, rope_nd's axes)."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype of the tables must be a floating dtype, got {dtype}")
     cos, sin = torch.cos(ang), torch.sin(ang)
-    if attn != 1.0:
+    if isinstance(attn, Tensor) or attn != 1.0:
         cos, sin = cos * attn, sin * attn
     pad = head_dim - ang.shape[-1]
     if pad:
@@ -340,8 +355,15 @@ def _finish(ang: Tensor, head_dim: int, attn: float, dtype, device, mat: Tensor)
 
 
 def _positions(positions, offset, dtype) -> Tensor:
-    if isinstance(positions, int):
-        return torch.arange(positions, dtype=dtype) + offset
+    if isinstance(positions, (bool, float)):
+        raise TypeError(
+            f"positions must be an int S (positions offset .. offset + S - 1) or a tensor of positions "
+            f"[..., S], got {type(positions).__name__} {positions!r}"
+        )
+    if isinstance(positions, numbers.Integral):  # int, NumPy integers
+        if int(positions) < 0:
+            raise ValueError(f"positions: S must be >= 0, got {int(positions)}")
+        return torch.arange(int(positions), dtype=dtype) + offset
     p = torch.as_tensor(positions).detach().to("cpu", dtype)
     return p + offset if offset else p
 
@@ -453,15 +475,27 @@ def rope_nd(
     if pos.shape[-1] != n:
         raise ValueError(f"rope_nd: positions must have {n} axes (last dim), got {list(pos.shape)}")
     thetas = list(theta) if isinstance(theta, (list, tuple)) else [theta] * n
-    scalings = list(scaling) if scaling is not None else [None] * n
+    if scaling is None:
+        scalings = [None] * n
+    elif isinstance(scaling, (list, tuple)):
+        scalings = list(scaling)
+    else:
+        raise TypeError(
+            f"rope_nd: scaling must be a list of one mapping or None per axis ({n}), got "
+            f"{type(scaling).__name__}"
+        )
+    for name, vals in (("theta", thetas), ("scaling", scalings)):
+        if len(vals) != n:
+            raise ValueError(f"rope_nd: {name} must have one entry per axis ({n} for axes_dim {axes_dim}), got {len(vals)}")
     total = sum(axes_dim)
     head_dim = total if head_dim is None else head_dim
-    angs, attn = [], 1.0
+    angs, attns = [], []
     for a, d in enumerate(axes_dim):
         inv, at = rope_inv_freq(d, float(thetas[a]), scalings[a], dtype=freqs_dtype)
-        attn = at if at != 1.0 else attn
+        attns.append(torch.full((d,), at, dtype=freqs_dtype))  # each axis its own factor
         angs.append(_expand_pairs(pos[..., a : a + 1] * inv, mode))
     ang = torch.cat(angs, dim=-1)
+    attn = torch.cat(attns) if any(bool((t != 1.0).any()) for t in attns) else 1.0
     return _finish(
         ang, head_dim, attn, dtype, device, rotate_matrix(axes_dim, head_dim, mode, mat_dtype)
     )
