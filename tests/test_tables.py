@@ -633,3 +633,35 @@ def test_for_layout_names_the_table_shapes_it_takes():
     for bad in (torch.randn(64), torch.randn(1, 1, 8, 64)):
         with pytest.raises(ValueError, match=r"for_layout: the table must be \[S, D\] or \[B, S, D\], got "):
             tables.for_layout(bad, "BSND")
+
+
+def test_helpers_name_the_bad_argument():
+    """Wrong argument types and ranges in the helpers give an error that names the argument, not
+    an AttributeError or IndexError from inside."""
+    import numpy as np
+    from npu_ops_transformer_ext import models, parallel
+
+    rope = tables.RotaryEmbedding(8, layout="BSND")
+    with pytest.raises(TypeError, match="RotaryEmbedding: q must be a torch.Tensor, got ndarray"):
+        rope(np.zeros((1, 4, 2, 8)))
+    with pytest.raises(TypeError, match="RotaryEmbedding: positions must be a torch.Tensor or None, got list"):
+        rope(torch.zeros(1, 4, 2, 8), positions=[0, 1, 2, 3])
+    with pytest.raises(ValueError, match="grid_positions: center must be a bool or one per axis"):
+        tables.grid_positions((2, 2), center=[True])
+    # arrays and lists of positions are taken where a tensor is
+    assert torch.equal(tables.rope_nd(np.zeros((5, 2)), (8, 8)).cos, tables.rope_nd(torch.zeros(5, 2), (8, 8)).cos)
+    pos = [[0, 1, 2]] * 3
+    assert torch.equal(tables.rope_mrope(pos, 16, [2, 3, 3]).cos, tables.rope_mrope(torch.tensor(pos), 16, [2, 3, 3]).cos)
+    with pytest.raises(TypeError, match="world_size must be an integer, got float"):
+        parallel.shard_indices(8, 2.0, 0)
+    with pytest.raises(TypeError, match="shard: expected a torch.Tensor, got ndarray"):
+        parallel.shard(np.zeros((4, 4)), 2, 0, 0)
+    with pytest.raises(ValueError, match=r"dim -3 is out of range for a tensor of shape \[4, 8\]"):
+        parallel.shard_tables(torch.zeros(4, 8), torch.zeros(4, 8), 2, 0, seq_dim=-3)
+    freqs = torch.polar(torch.ones(16, 4, dtype=F64), torch.zeros(16, 4, dtype=F64))
+    with pytest.raises(ValueError, match=r"wan_rope_apply: x must be \[B, L, N, D\] \(BSND\), got \[2, 4, 8\]"):
+        models.wan_rope_apply(torch.zeros(2, 4, 8), [[1, 2, 2]], freqs)
+    with pytest.raises(ValueError, match="need integers 0 <= sp_rank < sp_size, got sp_rank 2, sp_size 2"):
+        models.wan_rope_apply(torch.zeros(1, 4, 2, 8), [[1, 2, 2]], freqs, sp_rank=2, sp_size=2)
+    with pytest.raises(TypeError, match="freqs_cis must be a .cos, sin. pair .* got NoneType"):
+        models.hunyuan_apply_rotary_emb(torch.zeros(1, 4, 2, 8), None, None)

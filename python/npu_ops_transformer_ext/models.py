@@ -18,6 +18,7 @@ computation by a few float32 ulps (see docs/models.md for the measured bounds).
 
 from __future__ import annotations
 
+import numbers
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -155,6 +156,11 @@ def wan_rope_apply(
     this rank's contiguous shard ``[B, L, N, D]`` of a sequence of ``L * sp_size`` tokens, i.e.
     tokens ``[sp_rank * L, (sp_rank + 1) * L)``; tokens past ``f*h*w`` (the padding) pass through.
     """
+    if not isinstance(x, Tensor) or x.dim() != 4:
+        got = list(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"wan_rope_apply: x must be [B, L, N, D] (BSND), got {got}")
+    if not (isinstance(sp_size, numbers.Integral) and isinstance(sp_rank, numbers.Integral) and 0 <= sp_rank < sp_size):
+        raise ValueError(f"wan_rope_apply: need integers 0 <= sp_rank < sp_size, got sp_rank {sp_rank!r}, sp_size {sp_size!r}")
     b, L, _n, d = x.shape
     grids = _wan_grids(grid_sizes)  # once: a grid_sizes tensor on a device costs a sync to read
     cos, sin = wan_rope_tables(grids, freqs, L * sp_size, device=x.device)
@@ -185,9 +191,14 @@ def wan_rope_apply(
 
 def _real_tables(freqs_cis):
     """(cos, sin) with last dim D from a (cos, sin) tuple or a complex [..., D/2] table."""
-    if isinstance(freqs_cis, (tuple, list)):
+    if isinstance(freqs_cis, (tuple, list)) and len(freqs_cis) == 2 and all(isinstance(t, Tensor) for t in freqs_cis):
         cos, sin = freqs_cis
         return cos, sin
+    if not isinstance(freqs_cis, Tensor) or not freqs_cis.is_complex():
+        raise TypeError(
+            "hunyuan_apply_rotary_emb: freqs_cis must be a (cos, sin) pair of [S, D] tensors or a complex "
+            f"[S, D/2] tensor, got {type(freqs_cis).__name__}"
+        )
     return _pairs_to_elems(freqs_cis.real), _pairs_to_elems(freqs_cis.imag)
 
 

@@ -22,6 +22,7 @@ the world size, as Wan pads its freqs with ones.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -32,8 +33,28 @@ __all__ = ["MODES", "pad_tables", "shard", "shard_indices", "shard_tables", "uns
 MODES = ("contiguous", "zigzag")
 
 
+def _int(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(v).__name__} {v!r}")
+    return int(v)
+
+
+def _seq_dim(fn: str, t, dim) -> int:
+    """``dim`` checked against ``t`` (a tensor) and made non-negative."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{fn}: expected a torch.Tensor, got {type(t).__name__}; pass torch.as_tensor(...)")
+    dim = _int("dim", dim)
+    if not -t.dim() <= dim < t.dim():
+        raise ValueError(
+            f"{fn}: dim {dim} is out of range for a tensor of shape {list(t.shape)} (rank {t.dim()}); "
+            "the table's sequence dim is -2 for [S, D] / [1, 1, S, D] (BNSD), -3 for [S, 1, D] / [1, S, 1, D] (BSND)"
+        )
+    return dim % t.dim()
+
+
 def _chunks(seq_len: int, world_size: int, rank: int, mode: str) -> list[tuple[int, int]]:
     """(start, length) pieces of the global sequence held by ``rank``, in local order."""
+    seq_len, world_size, rank = _int("seq_len", seq_len), _int("world_size", world_size), _int("rank", rank)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if world_size < 1 or not 0 <= rank < world_size:
@@ -58,6 +79,7 @@ def shard_indices(seq_len: int, world_size: int, rank: int, mode: str = "contigu
 def shard(t: Tensor, world_size: int, rank: int, dim: int, mode: str = "contiguous") -> Tensor:
     """``rank``'s rows of ``t`` along ``dim`` (a view for contiguous, a copy for zigzag). A size-1
     ``dim`` (a table broadcast along the sequence) is returned unchanged."""
+    dim = _seq_dim("shard", t, dim)
     if t.shape[dim] == 1:
         return t
     pieces = [t.narrow(dim, s, n) for s, n in _chunks(t.shape[dim], world_size, rank, mode)]

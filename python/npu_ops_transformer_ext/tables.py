@@ -426,6 +426,11 @@ def grid_positions(
     uses ``n//2 - n .. n//2 - 1`` (``arange(n) - (n - n//2)``, Qwen-Image's ``scale_rope``)."""
     n = len(grid)
     centers = [center] * n if isinstance(center, bool) else list(center)
+    if len(centers) != n or len(start) > n:
+        raise ValueError(
+            f"grid_positions: center must be a bool or one per axis ({n}) and start at most one per axis, "
+            f"got center {center!r}, start {tuple(start)!r}"
+        )
     axes = []
     for a, size in enumerate(grid):
         p = torch.arange(int(size), dtype=dtype)
@@ -468,10 +473,10 @@ def rope_nd(
     n = len(axes_dim)
     if any(d <= 0 or d % 2 for d in axes_dim):
         raise ValueError(f"rope_nd: every axis dim must be positive and even, got {axes_dim}")
-    if isinstance(positions, Tensor):
-        pos = positions.detach().to("cpu", freqs_dtype)
-    else:
+    if isinstance(positions, (list, tuple)):
         pos = grid_positions(positions, dtype=freqs_dtype)
+    else:  # a tensor (or array) of per-token positions
+        pos = torch.as_tensor(positions).detach().to("cpu", freqs_dtype)
     if pos.shape[-1] != n:
         raise ValueError(f"rope_nd: positions must have {n} axes (last dim), got {list(pos.shape)}")
     thetas = list(theta) if isinstance(theta, (list, tuple)) else [theta] * n
@@ -532,8 +537,8 @@ def rope_mrope(
     r = 2 * half_r
     if r > head_dim:
         raise ValueError(f"rope_mrope: 2 * sum(sections) = {r} exceeds head_dim {head_dim}")
-    pos = positions.detach().to("cpu", freqs_dtype)
-    if pos.shape[0] != len(sections):
+    pos = torch.as_tensor(positions).detach().to("cpu", freqs_dtype)
+    if pos.dim() < 1 or pos.shape[0] != len(sections):
         raise ValueError(
             f"rope_mrope: positions must be [{len(sections)}, ..., S], got {list(pos.shape)}"
         )
@@ -756,6 +761,12 @@ class RotaryEmbedding(torch.nn.Module):
 
     def _seq_len_of(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> int:
         """q's sequence length in ``self.layout``; checks that k and positions agree with it."""
+        for name, t, optional in (("q", q, False), ("k", k, True), ("positions", positions, True)):
+            if not isinstance(t, Tensor) and not (optional and t is None):
+                raise TypeError(
+                    f"RotaryEmbedding: {name} must be a torch.Tensor{' or None' if optional else ''}, got "
+                    f"{type(t).__name__}; pass torch.as_tensor(...)"
+                )
         sd = _SEQ_DIM[self.layout]
         if q.dim() < -sd:
             raise ValueError(
