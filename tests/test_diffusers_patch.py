@@ -1,6 +1,7 @@
 """diffusers_patch under torch.compile, and isolation between models of one process (tiny random
 diffusers models, no downloads; skipped without diffusers)."""
 
+import copy
 import importlib.util
 
 import pytest
@@ -116,6 +117,110 @@ def test_unpatch_restores_the_same_processor_objects():
     assert all(m.processor is not procs[n] for n, m in model.named_modules() if n in procs)
     dp.unpatch_rope(model)
     assert {n: m.processor for n, m in model.named_modules() if n in procs} == procs
+
+
+def _procs(model):
+    return dict(model.attn_processors)
+
+
+@pytest.mark.parametrize("family", ["flux", "hunyuan_video", "qwen_image", "wan"])
+def test_patch_again_after_set_attn_processor(family, monkeypatch):
+    # What reloading a LoRA or an IP-Adapter does: the patched processors are replaced by new ones.
+    # is_patched must say so, patch_rope must patch the new ones, unpatch_rope must give them back.
+    torch.manual_seed(0)
+    model, kw = _tiny(family)
+    want = _run(model, kw)
+    orig = _procs(model)
+    dp.patch_rope(model)
+    fresh = {n: copy.copy(p) for n, p in orig.items()}
+    model.set_attn_processor(dict(fresh))  # (set_attn_processor empties the dict it is given)
+    assert not dp.is_patched(model)
+    calls = _count_calls(monkeypatch)
+    assert torch.equal(_run(model, kw), want) and calls == []
+    assert dp.patch_rope(model) is model and dp.is_patched(model)
+    patched = _procs(model)
+    dp.patch_rope(model)  # idempotent: nothing is replaced again
+    assert all(p is patched[n] for n, p in _procs(model).items())
+    got = _run(model, kw)
+    assert calls, "patch_rope after set_attn_processor did not patch the new processors"
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    n_calls = len(calls)
+    dp.unpatch_rope(model)
+    assert not dp.is_patched(model)
+    back = _procs(model)
+    assert all(back[n] is p for n, p in fresh.items()), "unpatch_rope did not restore the user's"
+    assert all(type(back[n]) is type(p) for n, p in orig.items())
+    assert torch.equal(_run(model, kw), want)
+    assert len(calls) == n_calls, "the unpatched model still calls rope_matrix"
+
+
+@pytest.mark.parametrize("family", ["flux", "hunyuan_video", "qwen_image", "wan"])
+def test_unpatch_leaves_processors_set_after_patching_alone(family):
+    model, kw = _tiny(family)
+    want = _run(model, kw)
+    orig = _procs(model)
+    dp.patch_rope(model)
+    fresh = {n: copy.copy(p) for n, p in orig.items()}
+    model.set_attn_processor(dict(fresh))
+    dp.unpatch_rope(model)  # nothing of ours is left: a no-op
+    assert all(p is fresh[n] for n, p in _procs(model).items())
+    assert not dp.is_patched(model)
+    assert torch.equal(_run(model, kw), want)
+
+
+def test_partial_replacement_and_shared_processors(monkeypatch):
+    import diffusers
+
+    model, kw = _tiny("flux")
+    want = _run(model, kw)
+    shared = diffusers.models.transformers.transformer_flux.FluxAttnProcessor()
+    model.set_attn_processor(shared)  # one processor object in every attention module
+    names = list(_procs(model))
+    calls = _count_calls(monkeypatch)
+    dp.patch_rope(model)
+    patched = _procs(model)
+    assert len({id(p) for p in patched.values()}) == len(names)  # a copy per module
+    _run(model, kw)
+    n_full = len(calls)
+    assert n_full
+    # One module gets a new processor after patching: the model is no longer (fully) patched.
+    mine = diffusers.models.transformers.transformer_flux.FluxAttnProcessor()
+    model.set_attn_processor({n: (mine if n == names[0] else patched[n]) for n in names})
+    assert not dp.is_patched(model)
+    dp.patch_rope(model)  # patches that one, keeps the others as they are
+    assert dp.is_patched(model)
+    again = _procs(model)
+    assert again[names[0]] is not mine and all(again[n] is patched[n] for n in names[1:])
+    torch.testing.assert_close(_run(model, kw), want, rtol=1e-5, atol=1e-5)
+    assert len(calls) == 2 * n_full  # every attention module rotated with rope_matrix again
+    dp.unpatch_rope(model)
+    back = _procs(model)
+    assert back[names[0]] is mine and all(back[n] is shared for n in names[1:])
+    assert torch.equal(_run(model, kw), want)
+    # A patched processor object the user put into every module: each gets its original back.
+    dp.patch_rope(model)
+    model.set_attn_processor(_procs(model)[names[1]])
+    assert dp.is_patched(model)
+    dp.unpatch_rope(model)
+    assert all(p is shared for p in _procs(model).values())
+
+
+def test_rope_matrix_enabled_undoes_only_what_it_patched():
+    model, _ = _tiny("flux")
+    orig = _procs(model)
+    names = list(orig)
+    dp.patch_rope(model)
+    kept = _procs(model)[names[1]]
+    mine = copy.copy(orig[names[0]])
+    model.set_attn_processor({names[0]: mine, names[1]: kept})
+    with dp.rope_matrix_enabled(model):
+        assert dp.is_patched(model)
+        assert _procs(model)[names[1]] is kept
+    after = _procs(model)
+    assert after[names[0]] is mine and after[names[1]] is kept  # patched before the block: stays
+    assert not dp.is_patched(model)
+    dp.unpatch_rope(model)
+    assert _procs(model) == orig | {names[0]: mine}
 
 
 def test_unsupported_model_and_custom_processors_raise():

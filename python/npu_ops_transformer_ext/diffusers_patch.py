@@ -14,7 +14,8 @@
 
 **What is changed, and only there.** Each attention module of *the patched model* gets its own
 copy of its attention processor, of a subclass whose ``__call__`` is diffusers' own ``__call__``
-code with the one rotation function it uses swapped for this package's:
+code with the one rotation function it uses swapped for this package's (the copy keeps a reference
+to the processor it replaced, which ``unpatch_rope`` puts back):
 
 * FLUX (``FluxTransformer2DModel``): ``apply_rotary_emb`` -> ``models.apply_rotary_emb``
   (same arguments).
@@ -30,6 +31,13 @@ the same family or another, keep diffusers' code. The one process-wide trace is 
 ``diffusers.models.embeddings._npu_ops_rope_apply_rotary_emb`` (a name no diffusers code uses),
 from which the patched HunyuanVideo processors import the replacement. Parameters, buffers and
 ``state_dict`` are unchanged.
+
+**Processors set after patching.** The state is the processors themselves, not a flag on the
+model. After ``model.set_attn_processor(...)`` (what loading a LoRA or an IP-Adapter may do),
+``is_patched`` tells whether the processors now in place are patched; ``patch_rope`` patches every
+processor that is not (and leaves patched ones as they are); ``unpatch_rope`` gives each module
+whose processor is a patched one the processor that one replaced, and leaves any other processor,
+e.g. one set after patching, where it is.
 
 **torch.compile.** ``patch_rope`` accepts the module ``torch.compile`` returns (it patches the
 model inside). Patching or unpatching after a compiled model has run is safe: when torch.compile
@@ -67,8 +75,8 @@ _CLASS_FAMILY = {
 #: The diffusers model classes ``patch_rope`` knows (any model built from ``WanAttention`` too).
 SUPPORTED = tuple(_CLASS_FAMILY)
 
-_ATTR = "_rope_matrix_patch"
 _PREFIX = "_npu_ops_rope_"
+_ORIGINAL = _PREFIX + "original"  # attribute of a patched processor: the processor it replaced
 # family -> name of the rotation function in the processor's __call__
 _TARGET = {
     "flux": "apply_rotary_emb",
@@ -76,7 +84,8 @@ _TARGET = {
     "qwen_image": "apply_rotary_emb_qwen",
     "wan": "apply_rotary_emb",
 }
-_patched_classes: dict = {}  # (processor class, family) -> patched subclass
+_patched_classes: dict = {}  # (processor class, family) -> patched subclass, or None
+_ours: set = set()  # the patched subclasses
 
 
 def _wan_rotate(hidden_states, freqs_cos, freqs_sin):
@@ -169,12 +178,38 @@ def _patched_class(cls: type, family: str) -> type | None:
     if key not in _patched_classes:
         call = cls.__dict__.get("__call__") or getattr(cls, "__call__", None)  # noqa: B004
         new_call = _rewritten_call(call, family) if isinstance(call, types.FunctionType) else None
-        _patched_classes[key] = (
-            None
-            if new_call is None
-            else type(cls.__name__, (cls,), {"__call__": new_call, "__module__": cls.__module__})
-        )
+        new_cls = None
+        if new_call is not None:
+            attrs = {"__call__": new_call, "__module__": cls.__module__, _PREFIX + "family": family}
+            new_cls = type(cls.__name__, (cls,), attrs)
+            _ours.add(new_cls)
+        _patched_classes[key] = new_cls
     return _patched_classes[key]
+
+
+def _is_ours(proc: Any) -> bool:
+    """Whether ``proc`` is a patched processor (one of ``patch_rope``'s, or a copy of one)."""
+    return type(proc) in _ours
+
+
+def _processors(model: nn.Module) -> list[tuple[nn.Module, Any]]:
+    """(module, processor) for every module of ``model`` that has an attention processor."""
+    found = []
+    for module in model.modules():
+        proc = getattr(module, "processor", None)
+        if proc is not None and not isinstance(proc, type):
+            found.append((module, proc))
+    return found
+
+
+def _original(proc: Any) -> Any:
+    """The processor the patched processor ``proc`` replaced."""
+    orig = proc.__dict__.get(_ORIGINAL, None) if hasattr(proc, "__dict__") else None
+    if orig is None:  # a patched processor made some other way: its own state, diffusers' class
+        orig = copy.copy(proc)
+        orig.__class__ = type(proc).__bases__[0]
+        orig.__dict__.pop(_ORIGINAL, None)
+    return orig
 
 
 def _set_processor(module: nn.Module, processor: Any) -> None:
@@ -206,8 +241,57 @@ def _drop_compiled_code() -> None:
 
 
 def is_patched(transformer: nn.Module) -> bool:
-    """Whether ``transformer`` (or the model inside ``torch.compile(transformer)``) is patched."""
-    return getattr(_unwrap(transformer), _ATTR, None) is not None
+    """Whether the attention processors ``transformer`` (or the model inside
+    ``torch.compile(transformer)``) has now are patched: at least one is, and none is left that
+    ``patch_rope`` would patch. False again once ``set_attn_processor`` has put unpatched
+    processors in (``patch_rope`` then patches them)."""
+    procs = [p for _, p in _processors(_unwrap(transformer))]
+    ours = [p for p in procs if _is_ours(p)]
+    if not ours:
+        return False
+    family = getattr(type(ours[0]), _PREFIX + "family")
+    return all(_is_ours(p) or _patched_class(type(p), family) is None for p in procs)
+
+
+def _patch(model: nn.Module) -> list[tuple[nn.Module, Any]]:
+    """Patches every processor of ``model`` that is not patched yet; returns (module, new
+    processor) for those."""
+    family = _family(model)
+    done, already = [], False
+    for module, proc in _processors(model):
+        if _is_ours(proc):
+            already = True
+            continue
+        new_cls = _patched_class(type(proc), family)
+        if new_cls is None:
+            continue
+        new_proc = copy.copy(proc)
+        new_proc.__class__ = new_cls
+        object.__setattr__(new_proc, _ORIGINAL, proc)
+        _set_processor(module, new_proc)
+        done.append((module, new_proc))
+    if not done and not already:
+        raise TypeError(
+            f"patch_rope: no attention processor of this {type(model).__name__} applies diffusers' "
+            f"rotary embedding ({_TARGET[family]}); custom processors are not patched: restore "
+            "diffusers' default ones (model.set_default_attn_processor() or the family's "
+            "processor class) before patch_rope"
+        )
+    if done:
+        _drop_compiled_code()
+    return done
+
+
+def _restore(patched: list[tuple[nn.Module, Any]]) -> None:
+    """Gives each module its processor from before patching, where the processor now in place is
+    the given patched one; other modules are left alone."""
+    changed = False
+    for module, proc in patched:
+        if getattr(module, "processor", None) is proc:
+            _set_processor(module, _original(proc))
+            changed = True
+    if changed:
+        _drop_compiled_code()
 
 
 def patch_rope(transformer: M) -> M:
@@ -215,62 +299,33 @@ def patch_rope(transformer: M) -> M:
 
     ``transformer``: a diffusers Wan, FLUX, HunyuanVideo or Qwen-Image transformer, or the module
     ``torch.compile`` made of one. Only this model's attention processors are replaced (by
-    per-model copies); other models in the process are unaffected. Idempotent. Raises
-    ``TypeError`` for another model, or when none of its attention processors applies diffusers'
-    rotation (custom processors: set diffusers' default processor first).
+    per-module copies); other models in the process are unaffected. Patches every processor that
+    is not patched yet, so after ``set_attn_processor`` it patches the new processors; idempotent
+    otherwise (patched processors are kept as they are). Raises ``TypeError`` for another model,
+    or when none of its attention processors applies diffusers' rotation (custom processors: set
+    diffusers' default processor first).
     """
-    model = _unwrap(transformer)
-    if is_patched(model):
-        return transformer
-    family = _family(model)
-    saved = []
-    for module in model.modules():
-        proc = getattr(module, "processor", None)
-        if proc is None or isinstance(proc, type):
-            continue
-        new_cls = _patched_class(type(proc), family)
-        if new_cls is None:
-            continue
-        new_proc = copy.copy(proc)
-        new_proc.__class__ = new_cls
-        saved.append((module, proc))
-        _set_processor(module, new_proc)
-    if not saved:
-        raise TypeError(
-            f"patch_rope: no attention processor of this {type(model).__name__} applies diffusers' "
-            f"rotary embedding ({_TARGET[family]}); custom processors are not patched: restore "
-            "diffusers' default ones (model.set_default_attn_processor() or the family's "
-            "processor class) before patch_rope"
-        )
-    object.__setattr__(model, _ATTR, (family, saved))
-    _drop_compiled_code()
+    _patch(_unwrap(transformer))
     return transformer
 
 
 def unpatch_rope(transformer: M) -> M:
-    """Undo ``patch_rope`` (restores the model's own processor objects); a no-op for a model that
-    is not patched. Returns ``transformer``."""
+    """Undo ``patch_rope``: every module whose processor is a patched one gets back the processor
+    object that one replaced. Any other processor (one never patched, or set after patching, e.g.
+    by ``set_attn_processor``) is left in place; a no-op for a model with no patched processor.
+    Returns ``transformer``."""
     model = _unwrap(transformer)
-    state = getattr(model, _ATTR, None)
-    if state is None:
-        return transformer
-    _family_name, saved = state
-    for module, proc in saved:
-        _set_processor(module, proc)
-    object.__setattr__(model, _ATTR, None)
-    _drop_compiled_code()
+    _restore([(m, p) for m, p in _processors(model) if _is_ours(p)])
     return transformer
 
 
 @contextlib.contextmanager
 def rope_matrix_enabled(transformer: M) -> Iterator[M]:
-    """``with rope_matrix_enabled(model): ...`` patches for the block and restores afterwards (a
-    model that was patched before the block stays patched)."""
-    was = is_patched(transformer)
-    patch_rope(transformer)
+    """``with rope_matrix_enabled(model): ...`` patches for the block and afterwards restores the
+    processors it patched (processors patched before the block stay patched; a processor set
+    during the block stays)."""
+    done = _patch(_unwrap(transformer))
     try:
         yield transformer
     finally:
-        if not was:
-            unpatch_rope(transformer)
-
+        _restore(done)
