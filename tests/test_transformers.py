@@ -399,3 +399,275 @@ def test_context_manager_restores_only_what_it_patched():
     with nt.rope_matrix_enabled(model):
         pass
     assert nt.patched_modules() == [llama.__name__]  # the model's own patch is still held
+
+
+def _held_by_a_model_then_block(block):
+    """A model holds the llama patch, a block runs, the model is unpatched: what is left?"""
+    llama = _modeling("llama")
+    orig = llama.apply_rotary_pos_emb
+    model = _tiny("llama")
+    nt.patch_transformers(model)
+    with block(model) as names:
+        assert llama.__name__ in names
+        assert llama.apply_rotary_pos_emb is nt.apply_rotary_pos_emb
+    assert llama.apply_rotary_pos_emb is nt.apply_rotary_pos_emb  # the model's hold remains
+    assert nt.unpatch_transformers(model) == [llama.__name__]
+    assert nt.patched_modules() == [] and llama.apply_rotary_pos_emb is orig
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        lambda m: nt.rope_matrix_enabled(families="llama"),
+        lambda m: nt.rope_matrix_enabled(families=["llama", "qwen3"]),
+        lambda m: nt.rope_matrix_enabled("llama"),
+        lambda m: nt.rope_matrix_enabled(_modeling("llama")),
+        lambda m: nt.rope_matrix_enabled(),
+        lambda m: nt.rope_matrix_enabled(m),
+        lambda m: nt.rope_matrix_enabled(_tiny("llama", seed=5)),
+    ],
+    ids=[
+        "families-str",
+        "families-list",
+        "name",
+        "module",
+        "defaults",
+        "same-model",
+        "other-model",
+    ],
+)
+def test_context_manager_releases_its_hold_on_a_family_already_patched(block):
+    """Every way into the block: on exit the block's own hold goes, so the family is restored
+    as soon as the hold it had before (the model's) is released."""
+    _held_by_a_model_then_block(block)
+
+
+def test_context_manager_nested_and_interleaved():
+    llama, qwen2 = _modeling("llama"), _modeling("qwen2")
+    l_orig, q_orig = llama.apply_rotary_pos_emb, qwen2.apply_rotary_pos_emb
+    with nt.rope_matrix_enabled("llama"):
+        with nt.rope_matrix_enabled(families=["llama", "qwen2"]):
+            with nt.rope_matrix_enabled("llama"):
+                pass
+            assert nt.patched_modules() == [llama.__name__, qwen2.__name__]
+        assert nt.patched_modules() == [llama.__name__]
+    assert nt.patched_modules() == [] and llama.apply_rotary_pos_emb is l_orig
+    # overlapping, exited in the order entered
+    a, b = nt.rope_matrix_enabled("llama"), nt.rope_matrix_enabled(families=["llama", "qwen2"])
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert nt.patched_modules() == [llama.__name__, qwen2.__name__]
+    b.__exit__(None, None, None)
+    assert nt.patched_modules() == []
+    assert llama.apply_rotary_pos_emb is l_orig and qwen2.apply_rotary_pos_emb is q_orig
+
+
+def test_context_manager_exception_and_patches_inside_the_block():
+    llama = _modeling("llama")
+    orig = llama.apply_rotary_pos_emb
+    model = _tiny("llama")
+    nt.patch_transformers(model)
+    with pytest.raises(RuntimeError, match="boom"), nt.rope_matrix_enabled("llama"):
+        raise RuntimeError("boom")
+    nt.unpatch_transformers(model)
+    assert nt.patched_modules() == [] and llama.apply_rotary_pos_emb is orig
+    # a model patched inside the block keeps its patch after it; one unpatched inside the block
+    # keeps the family patched until the block ends
+    with nt.rope_matrix_enabled(model):
+        nt.patch_transformers(model)
+    assert nt.patched_modules() == [llama.__name__]
+    with nt.rope_matrix_enabled("llama"):
+        assert nt.unpatch_transformers(model) == []
+        assert llama.apply_rotary_pos_emb is nt.apply_rotary_pos_emb
+    assert nt.patched_modules() == [] and llama.apply_rotary_pos_emb is orig
+    # a patch by name inside the block remains; so does a model's; restoring all inside is fine
+    with nt.rope_matrix_enabled(model):
+        nt.patch_transformers("llama")
+    assert nt.patched_modules() == [llama.__name__]
+    nt.unpatch_transformers("llama")
+    with nt.rope_matrix_enabled("llama"):
+        nt.unpatch_transformers()
+        nt.patch_transformers(model)
+    assert nt.patched_modules() == [llama.__name__]  # held by the model, not by the block
+    nt.unpatch_transformers(model)
+    assert nt.patched_modules() == [] and llama.apply_rotary_pos_emb is orig
+
+
+# ---- DeepSeek-V3's interleaved form -------------------------------------------------------------
+
+
+def _tiny_deepseek(dtype=torch.float32, seed=0, **cfg):
+    config = T.DeepseekV3Config(
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=64,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        n_shared_experts=1,
+        n_routed_experts=4,
+        num_experts_per_tok=2,
+        n_group=1,
+        topk_group=1,
+        first_k_dense_replace=1,
+        kv_lora_rank=16,
+        q_lora_rank=24,
+        qk_rope_head_dim=8,
+        qk_nope_head_dim=16,
+        v_head_dim=16,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        eos_token_id=2,
+        **cfg,
+    )
+    torch.manual_seed(seed)
+    return T.AutoModelForCausalLM.from_config(config).to(dtype).eval()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_apply_rotary_pos_emb_interleave_matches_hf(dtype):
+    """Against HF's own function with the model's own tables, on q/k slices as the attention
+    passes them: float32 bit for bit; bf16/fp16 the float32 value rounded once, within HF's own
+    rounding error of HF's result. bf16 q with float32 tables: HF's float32 result bit for bit."""
+    hf = _modeling("deepseek_v3")
+    model = _tiny_deepseek()
+    pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7, 8], [30, 31, 32, 33, 34, 35, 36, 37, 38]])
+    q = torch.randn(2, 4, 9, 24)[..., 16:].to(dtype)  # [nope | rope] split: a strided slice
+    k = torch.randn(2, 1, 9, 8).to(dtype)
+    cos, sin = model.model.rotary_emb(q, pos)
+    cos, sin = cos.to(dtype), sin.to(dtype)
+    want = hf.apply_rotary_pos_emb_interleave(q, k, cos, sin)
+    got = nt.apply_rotary_pos_emb_interleave(q, k, cos, sin)
+    c, s = cos.float()[:, None, :, :4], sin.float()[:, None, :, :4]
+    for x, g, w in zip((q, k), got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        x1, x2 = x.float()[..., 0::2], x.float()[..., 1::2]
+        a = torch.cat([x1 * c, x2 * c], -1)
+        b = torch.cat([-x2 * s, x1 * s], -1)
+        assert torch.equal(g, (a + b).to(dtype))
+        if dtype == torch.float32:
+            assert torch.equal(g, w)
+        else:
+            bound = torch.finfo(dtype).eps * (a.abs() + b.abs() + (a + b).abs())
+            assert ((g.float() - w.float()).abs() <= bound).all()
+    # BSND with unsqueeze_dim=2; position_ids is ignored, as HF ignores it
+    qs, ks = q.transpose(1, 2), k.transpose(1, 2)
+    got2 = nt.apply_rotary_pos_emb_interleave(qs, ks, cos, sin, pos, unsqueeze_dim=2)
+    assert torch.equal(got2[0], got[0].transpose(1, 2))
+    assert torch.equal(got2[1], got[1].transpose(1, 2))
+    if dtype == torch.float32:
+        # tables whose halves differ: HF reads the first half only, and so does the drop-in
+        cos2, sin2 = torch.randn(2, 9, 8), torch.randn(2, 9, 8)
+        for g, w in zip(
+            nt.apply_rotary_pos_emb_interleave(q, k, cos2, sin2),
+            hf.apply_rotary_pos_emb_interleave(q, k, cos2, sin2),
+        ):
+            assert torch.equal(g, w)
+    qb, kb = q.bfloat16(), k.bfloat16()
+    for g, w in zip(
+        nt.apply_rotary_pos_emb_interleave(qb, kb, cos.float(), sin.float()),
+        hf.apply_rotary_pos_emb_interleave(qb, kb, cos.float(), sin.float()),
+    ):
+        assert g.dtype == w.dtype == torch.float32 and torch.equal(g, w)
+
+
+@pytest.mark.parametrize(
+    "dtype,interleave",
+    [(torch.float32, True), (torch.bfloat16, True), (torch.float32, False)],
+)
+def test_deepseek_v3_model_uses_the_op(dtype, interleave, calls):
+    """A tiny DeepSeek-V3 (MLA, MoE; rope_interleave=True is its default): patched, every layer's
+    RoPE goes through rope_matrix_qk and the logits match; unpatched, HF's two functions are back
+    and the logits are bit for bit the first run's."""
+    hf = _modeling("deepseek_v3")
+    orig = hf.apply_rotary_pos_emb, hf.apply_rotary_pos_emb_interleave
+    model = _tiny_deepseek(dtype, rope_interleave=interleave)
+    assert model.config.rope_interleave is interleave
+    ids = _ids()
+    with torch.no_grad():
+        want = model(ids).logits
+        assert nt.patch_transformers(model) == [hf.__name__]
+        got = model(ids).logits
+        assert len(calls) == 2, "the patched model did not call rope_matrix_qk once per layer"
+        assert hf.apply_rotary_pos_emb is nt.apply_rotary_pos_emb
+        assert hf.apply_rotary_pos_emb_interleave is nt.apply_rotary_pos_emb_interleave
+        nt.unpatch_transformers(model)
+        assert (hf.apply_rotary_pos_emb, hf.apply_rotary_pos_emb_interleave) == orig
+        back = model(ids).logits
+    assert len(calls) == 2, "the unpatched model still calls rope_matrix_qk"
+    assert torch.equal(back, want)
+    if dtype == torch.float32:
+        assert torch.equal(got, want)
+    else:
+        torch.testing.assert_close(got, want, rtol=0, atol=_ulp_at(want, dtype))
+    with nt.rope_matrix_enabled(model):
+        assert hf.apply_rotary_pos_emb_interleave is nt.apply_rotary_pos_emb_interleave
+    assert (hf.apply_rotary_pos_emb, hf.apply_rotary_pos_emb_interleave) == orig
+
+
+#: Families whose modeling file has DeepSeek-V3's apply_rotary_pos_emb_interleave (transformers
+#: 5.x; each skipped when absent).
+INTERLEAVE_FAMILIES = [
+    "deepseek_v32",
+    "glm4_moe_lite",
+    "glm_moe_dsa",
+    "longcat_flash",
+    "mistral4",
+    "youtu",
+]
+
+
+@pytest.mark.parametrize("family", INTERLEAVE_FAMILIES)
+def test_interleave_families(family):
+    try:
+        mod = _modeling(family)
+    except ImportError:
+        pytest.skip(f"no {family} in this transformers")
+    orig = {
+        n: getattr(mod, n)
+        for n in ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave")
+        if hasattr(mod, n)
+    }
+    assert nt.patch_transformers(family) == [mod.__name__]
+    assert mod.apply_rotary_pos_emb_interleave is nt.apply_rotary_pos_emb_interleave
+    nt.unpatch_transformers(family)
+    assert all(getattr(mod, n) is f for n, f in orig.items())
+
+
+def _older_interleave(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+    # the form of earlier transformers releases: de-interleave, then rotate_half with both halves
+    # of the tables
+    cos = cos.unsqueeze(unsqueeze_dim)
+    sin = sin.unsqueeze(unsqueeze_dim)
+
+    b, h, s, d = q.shape
+    q = q.view(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d)
+
+    b, h, s, d = k.shape
+    k = k.view(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d)
+    q_embed = (q * cos) + (_modeling("llama").rotate_half(q) * sin)
+    k_embed = (k * cos) + (_modeling("llama").rotate_half(k) * sin)
+    return q_embed, k_embed
+
+
+def test_interleave_forms_it_does_not_compute_are_refused(monkeypatch):
+    """A DeepSeek-V3 function of another form (here the earlier release's, which reads both halves
+    of the tables) is refused rather than replaced by a drop-in that computes something else."""
+    hf = _modeling("deepseek_v3")
+    assert nt._computes_interleave(hf.apply_rotary_pos_emb_interleave)
+    assert not nt._computes_interleave(_older_interleave)
+    monkeypatch.setattr(hf, "apply_rotary_pos_emb_interleave", _older_interleave)
+    monkeypatch.setattr(nt, "_STANDARD", {})
+    with pytest.raises(ValueError, match="apply_rotary_pos_emb_interleave is none of the forms"):
+        nt.patch_transformers(_tiny_deepseek())
+    assert nt.patched_modules() == []
+    assert hf.apply_rotary_pos_emb_interleave is _older_interleave
+    try:
+        large4 = _modeling("mistral_large4")
+    except ImportError:
+        return
+    # Mistral-Large-4's has another signature (k may be None, no position_ids): refused as well
+    with pytest.raises(ValueError, match="none of the forms"):
+        nt.patch_transformers(large4)

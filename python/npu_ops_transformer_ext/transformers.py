@@ -8,14 +8,17 @@ modeling file that copies it): ``q * cos + rotate_half(q) * sin`` with HF's own 
 
 ``apply_rotary_pos_emb_partial`` (GPT-NeoX's form: the first ``cos.shape[-1]`` dims rotate) and
 ``apply_rotary_pos_emb_keep_dtype`` (OLMo's form: the result cast back to q's dtype) cover the two
-other forms found in transformers' modeling files.
+other forms found in transformers' modeling files. ``apply_rotary_pos_emb_interleave`` is
+DeepSeek-V3's function of that name (q and k rotated in interleaved pairs, returned de-interleaved),
+which its attention calls instead of ``apply_rotary_pos_emb`` when ``config.rope_interleave`` is set.
 
 ``patch_transformers(model_or_module=None, *, families=None)`` switches models to them, in the
 style of Liger-Kernel's ``apply_liger_kernel_to_llama``; ``unpatch_transformers`` switches back.
 
-What is process-wide: HF's attention layers look ``apply_rotary_pos_emb`` up in their modeling
-module's globals at call time, so patching replaces that one module-level name in each patched
-family's modeling file (``transformers.models.llama.modeling_llama`` for LLaMA, ...). Every model
+What is process-wide: HF's attention layers look ``apply_rotary_pos_emb`` (and
+``apply_rotary_pos_emb_interleave``) up in their modeling module's globals at call time, so patching
+replaces those module-level names in each patched family's modeling file
+(``transformers.models.llama.modeling_llama`` for LLaMA, ...). Every model
 of a patched family in the process, including models you did not pass and models built later, then
 uses ``rope_matrix``; other families are untouched (each modeling file has its own copy of the
 function). No parameter, buffer, state dict or rotary module is changed. Importing this module
@@ -37,12 +40,13 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import Tensor
 
-from .matrices import get_half_matrix
+from .matrices import get_half_matrix, get_interleave_matrix
 from .ops import rope_matrix, rope_matrix_qk
 
 __all__ = [
     "DEFAULT_FAMILIES",
     "apply_rotary_pos_emb",
+    "apply_rotary_pos_emb_interleave",
     "apply_rotary_pos_emb_keep_dtype",
     "apply_rotary_pos_emb_partial",
     "patch_transformers",
@@ -62,6 +66,14 @@ def _half_matrix(d: int, dtype: torch.dtype, device: torch.device) -> Tensor:
     m = _MATS.get(key)
     if m is None:
         m = _MATS[key] = get_half_matrix(d, dtype=dtype, device=device)
+    return m
+
+
+def _interleave_matrix(d: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+    key = ("interleave", d, dtype, device)
+    m = _MATS.get(key)
+    if m is None:
+        m = _MATS[key] = get_interleave_matrix(d, dtype=dtype, device=device)
     return m
 
 
@@ -136,6 +148,39 @@ def apply_rotary_pos_emb_keep_dtype(
     return qe.to(q.dtype), ke.to(k.dtype)
 
 
+def apply_rotary_pos_emb_interleave(
+    q: Tensor,
+    k: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    position_ids: Tensor | None = None,
+    unsqueeze_dim: int = 1,
+) -> tuple[Tensor, Tensor]:
+    """DeepSeek-V3's ``apply_rotary_pos_emb_interleave(q, k, cos, sin, position_ids=None,
+    unsqueeze_dim=1)``: the dims of q and k rotate in adjacent pairs ``(2i, 2i+1)`` by the angle of
+    ``cos[..., i]``/``sin[..., i]`` (the first half of HF's ``cat(freqs, freqs)`` tables), and the
+    result comes out de-interleaved: ``cat([x1 * c - x2 * s, x2 * c + x1 * s], -1)`` with
+    ``x1, x2 = x[..., 0::2], x[..., 1::2]``. ``position_ids`` is ignored, as HF ignores it.
+
+    One ``rope_matrix_qk`` call with ``get_interleave_matrix(D)`` on q and k as they are, with the
+    tables laid out pairwise (``[c0, c0, c1, c1, ...]``); its output ``y`` has the pair results at
+    ``2i``/``2i+1``, and is de-interleaved (``cat(y[..., 0::2], y[..., 1::2])``) in one copy.
+    Output dtype and numerics as ``apply_rotary_pos_emb``: float32 bit for bit HF's; bf16/fp16
+    computed in float32 and rounded once.
+    """
+    h = cos.shape[-1] // 2
+    cos = cos[..., :h].repeat_interleave(2, dim=-1).unsqueeze(unsqueeze_dim)
+    sin = sin[..., :h].repeat_interleave(2, dim=-1).unsqueeze(unsqueeze_dim)
+    qd, kd = _hf_dtypes(q, k, cos, sin)
+    outs = _rope_qk(q.to(qd), k.to(kd), cos, sin, _interleave_matrix)
+    return tuple(_deinterleaved(y) for y in outs)
+
+
+def _deinterleaved(y: Tensor) -> Tensor:
+    """``cat(y[..., 0::2], y[..., 1::2], -1)``, as one copy."""
+    return y.unflatten(-1, (y.shape[-1] // 2, 2)).transpose(-1, -2).flatten(-2)
+
+
 def _hf_dtypes(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[torch.dtype, torch.dtype]:
     """The dtypes of HF's ``q * cos + rotate_half(q) * sin`` and of the same for k."""
     tab = torch.promote_types(cos.dtype, sin.dtype)
@@ -159,35 +204,42 @@ def _tables_for(t: Tensor, dtype: torch.dtype) -> Tensor:
     return t.float() if t.dtype in (torch.bfloat16, torch.float16) else t.to(dtype)
 
 
-def _rope_qk(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """``(q * cos + rotate_half(q) * sin, same for k)`` computed by the op in q's and k's dtypes."""
+def _rope_qk(
+    q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, matrix=_half_matrix
+) -> tuple[Tensor, Tensor]:
+    """``(q * cos + (q @ R) * sin, same for k)`` computed by the op in q's and k's dtypes, with
+    ``R = matrix(D, dtype, device)``: ``rotate_half`` by default."""
     if q.dtype != k.dtype:
-        return _rope_one(q, cos, sin), _rope_one(k, cos, sin)
+        return _rope_one(q, cos, sin, matrix), _rope_one(k, cos, sin, matrix)
     cos, sin = _tables_for(cos, q.dtype), _tables_for(sin, q.dtype)
     if q.device.type != "cpu" and cos.dim() == q.dim() and cos.shape[0] > 1:
         # Per-sample tables [B, 1, S, D] (position_ids per batch row): the NPU kernel takes tables
         # that vary along one dim of x, so go sample by sample there.
         outs = [
-            _rope_qk(q[i : i + 1], k[i : i + 1], cos[i : i + 1], sin[i : i + 1])
+            _rope_qk(q[i : i + 1], k[i : i + 1], cos[i : i + 1], sin[i : i + 1], matrix)
             for i in range(q.shape[0])
         ]
         return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
-    return rope_matrix_qk(q, k, _half_matrix(q.shape[-1], q.dtype, q.device), sin, cos)
+    return rope_matrix_qk(q, k, matrix(q.shape[-1], q.dtype, q.device), sin, cos)
 
 
-def _rope_one(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    m = _half_matrix(x.shape[-1], x.dtype, x.device)
+def _rope_one(x: Tensor, cos: Tensor, sin: Tensor, matrix=_half_matrix) -> Tensor:
+    m = matrix(x.shape[-1], x.dtype, x.device)
     return rope_matrix(x, m, _tables_for(sin, x.dtype), _tables_for(cos, x.dtype))
 
 
 # ---- patching -----------------------------------------------------------------------------------
 
 _LOCK = threading.RLock()
-#: modeling module name -> {"module", "orig", "holders"}; "holders" are the model ids and the
-#: "process" token that asked for the patch.
+#: modeling module name -> {"module", "orig": {function name: HF's function}, "holders"}; the
+#: holders are what keeps the family patched: model ids, the "process" token (a patch asked for
+#: without a model) and one token per ``rope_matrix_enabled`` block.
 _STATE: dict[str, dict] = {}
 _PROCESS = "process"
 _STANDARD: dict[tuple, object] = {}
+
+#: The module-level functions patching replaces, in every modeling module that defines them.
+_NAMES = ("apply_rotary_pos_emb", "apply_rotary_pos_emb_interleave")
 
 
 def _function_ast(fn) -> str | None:
@@ -205,41 +257,68 @@ def _function_ast(fn) -> str | None:
     return ast.dump(node.args) + ast.dump(ast.Module(body=body, type_ignores=[]))
 
 
-#: The forms of ``apply_rotary_pos_emb`` that can be switched, each given by a family whose
-#: modeling file defines it, with the drop-in that computes it.
-_FORMS = (
-    ("llama", "apply_rotary_pos_emb"),
-    ("gpt_neox", "apply_rotary_pos_emb_partial"),
-    ("olmo", "apply_rotary_pos_emb_keep_dtype"),
-)
+#: For each name in ``_NAMES``, the forms that can be switched, each given by a family whose
+#: modeling file defines it under that name, with the drop-in that computes it.
+_FORMS = {
+    "apply_rotary_pos_emb": (
+        ("llama", "apply_rotary_pos_emb"),
+        ("gpt_neox", "apply_rotary_pos_emb_partial"),
+        ("olmo", "apply_rotary_pos_emb_keep_dtype"),
+    ),
+    "apply_rotary_pos_emb_interleave": (("deepseek_v3", "apply_rotary_pos_emb_interleave"),),
+}
 
 
-def _drop_in_for(mod: types.ModuleType, fn):
-    """The drop-in computing ``fn`` (the module's ``apply_rotary_pos_emb``), or None: ``fn`` and the
-    module's ``rotate_half`` must equal, as syntax trees, the installed LLaMA ``rotate_half`` and one
-    of the ``_FORMS`` reference functions."""
-    key = (mod.__name__, fn)
+def _computes_interleave(fn) -> bool:
+    """Whether ``fn`` computes what ``apply_rotary_pos_emb_interleave`` does, checked in float64 on
+    tables whose halves differ: transformers releases whose function reads both halves of the
+    tables (de-interleave, then ``rotate_half``) compute something else for such tables."""
+    g = torch.Generator().manual_seed(0)
+    kw = {"dtype": torch.float64, "device": "cpu", "generator": g}
+    q, k = (torch.randn(1, h, 3, 8, **kw) for h in (2, 1))
+    cos, sin = (torch.randn(1, 3, 8, **kw) for _ in range(2))
+    try:
+        got = fn(q, k, cos, sin)
+    except (RuntimeError, TypeError, ValueError, IndexError):
+        return False
+    c, s = cos[:, None, :, :4], sin[:, None, :, :4]
+    for x, y in zip((q, k), got):
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        want = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+        if not (isinstance(y, Tensor) and y.shape == want.shape and torch.allclose(y, want)):
+            return False
+    return True
+
+
+def _drop_in_for(mod: types.ModuleType, name: str, fn):
+    """The drop-in computing ``fn`` (HF's function ``name`` of ``mod``), or None: ``fn`` must equal,
+    as a syntax tree, one of the ``_FORMS[name]`` reference functions of the installed
+    transformers, and if it calls ``rotate_half``, the module's must equal LLaMA's."""
+    key = (mod.__name__, name, fn)
     if key not in _STANDARD:
         found = None
-        llama = importlib.import_module("transformers.models.llama.modeling_llama")
-        rh = getattr(mod, "rotate_half", None)
         tree = _function_ast(fn)
-        if (
-            tree is not None
-            and rh is not None
-            and _function_ast(rh) == _function_ast(llama.rotate_half)
-        ):
-            for family, name in _FORMS:
+        code = getattr(inspect.unwrap(fn), "__code__", None)
+        uses_rh = code is None or "rotate_half" in code.co_names
+        if tree is not None and (not uses_rh or _rotate_half_is_llamas(mod)):
+            for family, drop_in in _FORMS[name]:
                 try:
                     ref = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
                 except ImportError:
                     continue
-                ref_fn = _STATE.get(ref.__name__, {}).get("orig", ref.apply_rotary_pos_emb)
-                if tree == _function_ast(ref_fn):
-                    found = globals()[name]
+                ref_fn = _current(ref, name)
+                if ref_fn is not None and tree == _function_ast(ref_fn):
+                    if drop_in != "apply_rotary_pos_emb_interleave" or _computes_interleave(ref_fn):
+                        found = globals()[drop_in]
                     break
         _STANDARD[key] = found
     return _STANDARD[key]
+
+
+def _rotate_half_is_llamas(mod: types.ModuleType) -> bool:
+    llama = importlib.import_module("transformers.models.llama.modeling_llama")
+    rh = getattr(mod, "rotate_half", None)
+    return rh is not None and _function_ast(rh) == _function_ast(llama.rotate_half)
 
 
 def _family_module(name: str) -> types.ModuleType:
@@ -257,6 +336,11 @@ def _unwrap_model(m):
     return getattr(m, "_orig_mod", m)  # torch.compile's OptimizedModule
 
 
+def _rope_names(mod: types.ModuleType) -> list[str]:
+    """The names of ``_NAMES`` that ``mod`` defines."""
+    return [n for n in _NAMES if callable(getattr(mod, n, None))]
+
+
 def _modules_of(model: torch.nn.Module) -> list[types.ModuleType]:
     import sys
 
@@ -265,7 +349,7 @@ def _modules_of(model: torch.nn.Module) -> list[types.ModuleType]:
         n = type(sub).__module__
         if n.startswith("transformers.models.") and n not in names:
             names.append(n)
-    return [sys.modules[n] for n in names if hasattr(sys.modules[n], "apply_rotary_pos_emb")]
+    return [sys.modules[n] for n in names if _rope_names(sys.modules[n])]
 
 
 def _resolve(model_or_module, families, who: str) -> list[types.ModuleType]:
@@ -296,9 +380,46 @@ def _resolve(model_or_module, families, who: str) -> list[types.ModuleType]:
     return [_family_module(n) for n in names]
 
 
-def _current(mod):
+def _current(mod: types.ModuleType, name: str):
+    """HF's own function ``name`` of ``mod`` (None if it has none), patched or not."""
     st = _STATE.get(mod.__name__)
-    return st["orig"] if st is not None else mod.apply_rotary_pos_emb
+    if st is not None and name in st["orig"]:
+        return st["orig"][name]
+    return getattr(mod, name, None)
+
+
+def _drop_ins(mods: list[types.ModuleType], who: str) -> dict[str, dict[str, object]]:
+    """``{module name: {function name: drop-in}}`` for ``mods``; ValueError if any is missing."""
+    plan, bad = {}, []
+    for m in mods:
+        names = _rope_names(m) or ["apply_rotary_pos_emb"]
+        plan[m.__name__] = {n: _drop_in_for(m, n, _current(m, n)) for n in names}
+        bad += [f"{m.__name__}.{n}" for n, f in plan[m.__name__].items() if f is None]
+    if bad:
+        raise ValueError(
+            f"{who}: {', '.join(bad)} is none of the forms this module computes "
+            f"(q * cos + rotate_half(q) * sin as in LLaMA, over the first cos.shape[-1] dims as in "
+            f"GPT-NeoX, or cast back to q.dtype as in OLMo; DeepSeek-V3's "
+            f"apply_rotary_pos_emb_interleave); nothing was patched"
+        )
+    return plan
+
+
+def _hold(mods: list[types.ModuleType], plan: dict, holder) -> list[str]:
+    """Adds ``holder`` to each family of ``mods``, patching those not patched yet."""
+    for m in mods:
+        st = _STATE.get(m.__name__)
+        if st is None:
+            fns = plan[m.__name__]
+            st = _STATE[m.__name__] = {
+                "module": m,
+                "orig": {n: getattr(m, n) for n in fns},
+                "holders": set(),
+            }
+            for n, f in fns.items():
+                setattr(m, n, f)
+        st["holders"].add(holder)
+    return [m.__name__ for m in mods]
 
 
 def patch_transformers(
@@ -316,25 +437,20 @@ def patch_transformers(
       * None: the families in ``families`` (names), by default ``DEFAULT_FAMILIES`` (LLaMA,
         Mistral, Qwen2, Qwen3).
 
-    A family is patched only when its modeling file's ``rotate_half`` is LLaMA's and its
-    ``apply_rotary_pos_emb`` is one of three forms, compared as syntax trees with the installed
-    transformers: LLaMA's (``apply_rotary_pos_emb`` here), GPT-NeoX's partial rotary
+    A family is patched only when each of its modeling file's RoPE functions is a form this module
+    computes, compared as syntax trees with the installed transformers: its
+    ``apply_rotary_pos_emb`` LLaMA's (``apply_rotary_pos_emb`` here), GPT-NeoX's partial rotary
     (``apply_rotary_pos_emb_partial``) or OLMo's cast back to q's dtype
-    (``apply_rotary_pos_emb_keep_dtype``). Any other (interleaved pairs as in GPT-J and Cohere,
-    float32 upcasts, ...) raises ``ValueError`` and nothing is patched. What changes is process-wide per family: see the module docstring. Patching twice
-    is harmless; a model's patch is released when the model is garbage collected.
+    (``apply_rotary_pos_emb_keep_dtype``), with LLaMA's ``rotate_half``; and its
+    ``apply_rotary_pos_emb_interleave``, if it has one, DeepSeek-V3's
+    (``apply_rotary_pos_emb_interleave`` here). Any other (interleaved pairs as in GPT-J and
+    Cohere, float32 upcasts, ...) raises ``ValueError`` and nothing is patched. What changes is
+    process-wide per family: see the module docstring. Patching twice is harmless; a model's patch
+    is released when the model is garbage collected.
     """
     mods = _resolve(model_or_module, families, "patch_transformers")
     with _LOCK:
-        drop_ins = {m.__name__: _drop_in_for(m, _current(m)) for m in mods}
-        bad = [n for n, f in drop_ins.items() if f is None]
-        if bad:
-            raise ValueError(
-                f"patch_transformers: the apply_rotary_pos_emb of {', '.join(bad)} is none of the "
-                f"forms this module computes (q * cos + rotate_half(q) * sin as in LLaMA, over the "
-                f"first cos.shape[-1] dims as in GPT-NeoX, or cast back to q.dtype as in OLMo); "
-                f"nothing was patched"
-            )
+        plan = _drop_ins(mods, "patch_transformers")
         if isinstance(model_or_module, torch.nn.Module):
             model = _unwrap_model(model_or_module)
             holder = id(model)
@@ -342,22 +458,13 @@ def patch_transformers(
                 weakref.finalize(model, _release, holder)
         else:
             holder = _PROCESS
-        for m in mods:
-            st = _STATE.get(m.__name__)
-            if st is None:
-                st = _STATE[m.__name__] = {
-                    "module": m,
-                    "orig": m.apply_rotary_pos_emb,
-                    "holders": set(),
-                }
-                m.apply_rotary_pos_emb = drop_ins[m.__name__]
-            st["holders"].add(holder)
-        return [m.__name__ for m in mods]
+        return _hold(mods, plan, holder)
 
 
 def _restore(name: str) -> None:
     st = _STATE.pop(name)
-    st["module"].apply_rotary_pos_emb = st["orig"]
+    for n, f in st["orig"].items():
+        setattr(st["module"], n, f)
 
 
 def _release(holder) -> None:
@@ -373,10 +480,10 @@ def unpatch_transformers(
     *,
     families: Iterable[str] | str | None = None,
 ) -> list[str]:
-    """Undo ``patch_transformers``; returns the module names restored to HF's own function.
+    """Undo ``patch_transformers``; returns the module names restored to HF's own functions.
 
     * a model: releases that model's patch; a family stays patched while another patched model of
-      it, or a patch asked for without a model, remains;
+      it, a patch asked for without a model, or a ``rope_matrix_enabled`` block remains;
     * a modeling module, a family name or ``families``: restores those families now;
     * nothing: restores every patched family.
     """
@@ -399,9 +506,18 @@ def unpatch_transformers(
 
 
 def patched_modules() -> list[str]:
-    """Names of the modeling modules whose ``apply_rotary_pos_emb`` is ``rope_matrix`` now."""
+    """Names of the modeling modules whose RoPE functions are ``rope_matrix`` now."""
     with _LOCK:
         return sorted(_STATE)
+
+
+class _Block:
+    """The holder of one ``rope_matrix_enabled`` block."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"<rope_matrix_enabled block {id(self):#x}>"
 
 
 @contextlib.contextmanager
@@ -410,19 +526,17 @@ def rope_matrix_enabled(
     *,
     families: Iterable[str] | str | None = None,
 ) -> Iterator[list[str]]:
-    """``with rope_matrix_enabled(model): ...`` patches on entry and restores on exit."""
-    is_model = isinstance(model_or_module, torch.nn.Module)
+    """``with rope_matrix_enabled(model): ...`` patches on entry and restores on exit.
+
+    Takes what ``patch_transformers`` takes and yields the module names. The block holds the
+    families for itself, as a model or a patch by name does: on exit it releases that hold only, so
+    a family patched before the block, or by a model or name patched inside it, stays patched, and
+    any other is restored. Nested and overlapping blocks each release their own hold."""
+    mods = _resolve(model_or_module, families, "rope_matrix_enabled")
+    block = _Block()
     with _LOCK:
-        before = {n: set(st["holders"]) for n, st in _STATE.items()}
-        names = patch_transformers(model_or_module, families=families)
+        names = _hold(mods, _drop_ins(mods, "rope_matrix_enabled"), block)
     try:
         yield names
     finally:
-        if is_model:
-            holder = id(_unwrap_model(model_or_module))
-            if not any(holder in h for h in before.values()):
-                unpatch_transformers(model_or_module)
-        else:
-            new = [n for n in names if n not in before]
-            if new:
-                unpatch_transformers(families=new)
+        _release(block)
