@@ -78,7 +78,8 @@ def test_help_lists_every_option_with_default_and_values(capsys):
     for opt in ("--shape", "--dtype", "--modes", "--providers", "--warmup", "--iters", "--threads",
                 "--csv", "--progress"):
         assert opt in out
-    for value in (*bench.MODES, *bench.PROVIDERS, "{bfloat16,float16,float32}", "{auto,on,off}"):
+    for value in (*bench.MODES, *bench.PROVIDERS, "{bfloat16,float16,float32}", "{auto,on,off}",
+                  "3d needs D = 128, half and interleave an even D, dense any D"):
         assert value in out
     for default in ("(default: 1,24,8192,128)", "(default: 20)", "(default: 3)", "(default: auto)",
                     "(default: bfloat16)", "(default: bench_results/rope_matrix_cpu.csv)"):
@@ -158,3 +159,54 @@ def test_git_revision_of_an_install_inside_a_checkout_is_its_build(tmp_path):
     (repo / ".gitignore").write_text(".venv/\n*.csv\n")  # a tracked file changed
     assert _revision_seen_from(repo / "python") == head + "+dirty"
     assert _revision_seen_from(repo / ".venv" / "site") == "abc1234"
+
+
+def test_modes_are_built_for_the_head_dim_of_the_shape(tmp_path, capsys):
+    # The mode matrices and tables follow --shape's D: half and interleave at any even D, dense at
+    # any D (they were built for D = 128 whatever the shape).
+    out = tmp_path / "d64.csv"
+    bench.main(["--shape", "1,2,8,64", "--iters", "2", "--warmup", "0", "--modes", "half,interleave,dense",
+                "--providers", "rope_matrix,eager_v1,eager_v3,clone", "--csv", str(out), "--progress", "off"])
+    rows = list(csv.DictReader(out.open()))
+    assert {(r["mode"], r["provider"]) for r in rows} == {
+        (m, p) for m in ("half", "interleave", "dense") for p in ("rope_matrix", "eager_v1", "eager_v3", "clone")
+    } - {("dense", "eager_v1")}
+    for r in rows:
+        assert r["shape"] == "1x2x8x64"
+        assert float(r["p20_ms"]) <= float(r["median_ms"]) <= float(r["p80_ms"])
+    bench.main(["--shape", "1,1,4,7", "--iters", "1", "--warmup", "0", "--modes", "dense",
+                "--providers", "rope_matrix,eager_v3", "--csv", "", "--progress", "off"])
+    assert "dense      rope_matrix" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--shape", "1,2,8,64", "--modes", "half,3d"],
+     ("--modes 3d needs D = 128 (its split is 44+44+40), got D = 64 from --shape 1,2,8,64; at this D "
+      "choose from half, interleave, dense")),
+    (["--shape", "1,2,8,7", "--modes", "interleave"],
+     ("--modes interleave needs an even D (its rotation turns pairs of elements), got D = 7 from --shape "
+      "1,2,8,7; at this D choose from dense")),
+    (["--threads", "-1"], "--threads must be >= 1, or 0 for torch's default, got -1"),
+    (["--providers", ""], "--providers: give at least one of rope_matrix, "),
+    (["--providers", ","], "--providers: give at least one of rope_matrix, "),
+    (["--modes", ""], "--modes: give at least one of half, interleave, 3d, dense"),
+    (["--modes", "dense", "--providers", "eager_v1,compile_v1"],
+     "--providers eager_v1,compile_v1 time nothing for --modes dense"),
+])
+def test_options_that_cannot_run_are_refused_up_front(argv, message, capsys):
+    # exit status 2 and a message naming the option, not a traceback (or an empty run) later
+    args = ["--shape", "1,1,4,128", "--iters", "1", "--warmup", "0", "--modes", "half",
+            "--providers", "rope_matrix", "--csv", "", "--progress", "off"]
+    with pytest.raises(SystemExit) as e:
+        bench.main(args + argv)  # a later option wins
+    assert e.value.code == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+
+
+def test_bench_mode_errors_exit_2_from_the_command_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "npu_ops_transformer_ext.bench", "--shape", "1,2,64,64",
+                        "--modes", "3d", "--providers", "rope_matrix", "--csv", str(tmp_path / "b.csv")],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--modes 3d needs D = 128" in r.stderr
+    assert not (tmp_path / "b.csv").exists()

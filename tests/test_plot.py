@@ -73,3 +73,33 @@ def test_old_script_still_works():
     r = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
                        timeout=60, check=True)
     assert "npu_ops_transformer_ext.plot" in r.stdout
+
+
+def test_a_csv_that_is_missing_or_not_a_bench_csv_is_an_option_error(tmp_path, capsys):
+    # exit status 2 and a message naming the file, not a traceback; checked before matplotlib
+    header_only = tmp_path / "header.csv"
+    header_only.write_text("op,mode,provider,median_ms,x_copy\n")
+    sweep_csv = tmp_path / "sweep.csv"
+    sweep_csv.write_text("S,x_bytes,dtype,layout,mode,threads,provider,median_ms,x_limit,x_copy\n"
+                         "256,1572864,bfloat16,bnsd,half,1,rope_matrix,0.1,1.2,1.1\n")
+    bad_value = tmp_path / "bad.csv"
+    bad_value.write_text("op,mode,provider,median_ms,x_copy\nrope_matrix,half,rope_matrix,0.1,fast\n")
+    for path, message in (
+        (tmp_path / "missing.csv", f"cannot read {tmp_path / 'missing.csv'}: No such file or directory"),
+        (tmp_path, f"cannot read {tmp_path}:"),
+        (header_only, f"{header_only}: no rows (expected the CSV of python -m npu_ops_transformer_ext.bench)"),
+        (sweep_csv, (f"{sweep_csv}: no column op (expected the CSV of python -m npu_ops_transformer_ext.bench); "
+                     "a sweep CSV is drawn by python -m npu_ops_transformer_ext.sweep --summarize")),
+        (bad_value, f"{bad_value} line 2: x_copy = 'fast' is not a number"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            plot.main([str(path), "-o", str(tmp_path / "out.png")])
+        assert e.value.code == 2, path
+        assert message in " ".join(capsys.readouterr().err.split()), path
+    assert not (tmp_path / "out.png").exists()
+
+
+def test_module_entry_point_on_a_missing_csv_exits_2(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "npu_ops_transformer_ext.plot", str(tmp_path / "none.csv"),
+                        "-o", str(tmp_path / "b.png")], capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "cannot read" in r.stderr, r.stderr

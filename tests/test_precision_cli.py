@@ -105,3 +105,55 @@ def test_progress_on_small_run(capsys):
     captured = capsys.readouterr()
     assert "/2 [" in captured.err and "OK: v5 within threshold" in captured.out
     assert "npu_ops_transformer_ext" in captured.out.splitlines()[0]
+
+
+def test_min_dim_of_each_dims_is_where_its_split_has_even_positive_parts():
+    # the D the option errors below name: every part of sections_for positive and even
+    for dims, low in precision.MIN_DIM.items():
+        for d in range(1, 400):
+            parts = precision.sections_for(dims, d)
+            assert (min(parts) > 0 and all(p % 2 == 0 for p in parts)) == (d % 2 == 0 and d >= low), (dims, d)
+
+
+def test_smallest_head_dims_run():
+    for d, dims in ((2, "1d"), (4, "1d,2d"), (6, "1d,2d,3d")):
+        assert precision.main(["--shape", f"1,1,3,{d}", "--dims", dims, "--progress", "off"]) == 0
+
+
+SPLITS = "valid D: 1d even >= 2, 2d even >= 4, 3d even >= 6"
+
+
+def test_bad_options_exit_2_naming_the_option(monkeypatch, capsys):
+    """Option errors exit with 2 (argparse), not with 1 (a precision failure) or a traceback."""
+    import pytest
+
+    monkeypatch.setattr(precision, "_npu_available", lambda: False)  # as on a machine without an NPU
+    small = ["--small", "--dims", "1d", "--modes", "half", "--progress", "off"]
+    for argv, message in (
+        (["--shape", "1,2,5,7"], f"--dims 1d needs an even D >= 2, got D = 7 from --shape 1,2,5,7 (split [7]); {SPLITS}"),
+        (["--shape", "1,2,5,2"], f"--dims 2d needs an even D >= 4, got D = 2 from --shape 1,2,5,2 (split [0, 2]); {SPLITS}"),
+        (["--shape", "1,2,5,4", "--dims", "3d"],
+         f"--dims 3d needs an even D >= 6, got D = 4 from --shape 1,2,5,4 (split [2, 2, 0]); {SPLITS}"),
+        ([*small, "--device", "foo"], "--device must be auto, cpu, npu or npu:N, got 'foo'"),
+        ([*small, "--device", "npu"], ("--device npu: no NPU here (torch_npu is not installed or finds none); "
+                                       "use --device cpu or auto")),
+        ([*small, "--threshold", "nan"], "--threshold must be a finite number >= 0, got nan"),
+        ([*small, "--threshold", "inf"], "--threshold must be a finite number >= 0, got inf"),
+        ([*small, "--threshold", "-0.5"], "--threshold must be a finite number >= 0, got -0.5"),
+        ([*small, "--dims", ","], "--dims and --modes need at least one entry each"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            precision.main(argv)
+        assert e.value.code == 2, argv
+        err = " ".join(capsys.readouterr().err.split())
+        assert message in err, (argv, err)
+    assert precision.main([*small, "--threshold", "0"]) == 0  # bit-exact: 0 is a valid threshold
+
+
+def test_cli_entry_point_option_error_is_exit_2():
+    r = subprocess.run(
+        [sys.executable, "-m", "npu_ops_transformer_ext.precision", "--shape", "1,2,5,7"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and "--dims 1d needs an even D >= 2" in r.stderr

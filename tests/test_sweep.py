@@ -154,3 +154,134 @@ def test_round_robin_calls_each_provider_once_per_round_in_changing_order(timer)
     assert len(orders) == rounds and all(sorted(o) == list("abcde") for o in orders)
     predecessors = {o[o.index("a") - 1] for o in orders if o.index("a") > 0}
     assert len(set(orders)) > 1 and len(predecessors) > 1
+
+
+def _fake_clock(monkeypatch, durations):
+    """Makes _cli's timer read a clock that only the providers advance: provider ``name``'s calls
+    take ``durations[name]`` ms, one after the other (warmup and sizing calls included)."""
+    from types import SimpleNamespace
+
+    from npu_ops_transformer_ext import _cli
+
+    now = [0.0]
+    left = {name: list(ds) for name, ds in durations.items()}
+
+    def call(name):
+        now[0] += left[name].pop(0) / 1e3
+
+    monkeypatch.setattr(_cli, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    return {name: (lambda name=name: call(name)) for name in durations}
+
+
+@pytest.mark.parametrize("timer", ["sweep", "bench"])
+def test_round_robin_percentiles_with_few_samples(timer, monkeypatch):
+    """p20 <= median <= p80 for any number of rounds (below 5 both were the minimum, so p80 fell
+    below the median)."""
+    from npu_ops_transformer_ext import bench
+
+    sizing = [100.0] if timer == "sweep" else []  # the sweep's timer first calls each once to size the run
+    fns = _fake_clock(monkeypatch, {"a": sizing + [3.0, 1.0], "b": sizing + [2.0, 2.0]})
+    if timer == "sweep":
+        res = sweep._time_round_robin(fns, warmup=0, iters=2, min_time=0.0)
+    else:
+        res = bench._time_round_robin(fns, warmup=0, iters=2)
+    assert res["a"][:3] == pytest.approx((2.0, 1.0, 3.0)) and res["b"][:3] == pytest.approx((2.0, 2.0, 2.0))
+    if timer == "sweep":
+        assert res["a"][3] == pytest.approx(1.0)  # the minimum
+
+
+def test_quantile_is_monotone_and_matches_statistics_from_5_samples():
+    import random
+    import statistics
+
+    from npu_ops_transformer_ext._cli import quantile
+
+    assert quantile([7.0], 1, 5) == quantile([7.0], 4, 5) == 7.0
+    assert (quantile([3.0, 1.0], 1, 5), quantile([3.0, 1.0], 4, 5)) == (1.0, 3.0)  # ranks 0.6, 2.4: clamped
+    assert (quantile([1.0, 2.0, 4.0, 8.0], 1, 5), quantile([1.0, 2.0, 4.0, 8.0], 4, 5)) == (1.0, 8.0)  # ranks 1, 4
+    assert quantile([1.0, 2.0, 4.0, 8.0, 16.0], 1, 5) == 1.2  # rank 1.2: 1 + 0.2 * (2 - 1)
+    rng = random.Random(0)
+    for n in range(1, 40):
+        s = [rng.expovariate(1.0) for _ in range(n)]
+        p20, p80 = quantile(s, 1, 5), quantile(s, 4, 5)
+        assert min(s) <= p20 <= statistics.median(s) <= p80 <= max(s), n
+        assert quantile(s, 1, 2) == pytest.approx(statistics.median(s))
+        if n >= 5:  # the values the CSVs had from 5 samples on are unchanged
+            q = statistics.quantiles(s, n=5)
+            assert (p20, p80) == (q[0], q[3])
+    with pytest.raises(ValueError):
+        quantile([], 1, 5)
+
+
+def test_sweep_half_and_interleave_at_another_dim(tmp_path):
+    csv_path = tmp_path / "d64.csv"
+    sweep.main(["--sizes", "64", "--dtypes", "bfloat16", "--layouts", "bnsd,bsnd", "--modes", "half,interleave",
+                "--threads", "1", "--heads", "2", "--dim", "64", "--warmup", "0", "--iters", "2",
+                "--min-time", "0", "--csv", str(csv_path), "--plot", "", "--quiet"])
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["layout"], r["mode"]) for r in rows if r["provider"] == "rope_matrix"} == {
+        (lay, m) for lay in ("bnsd", "bsnd") for m in ("half", "interleave")}
+    for r in rows:
+        assert r["dim"] == "64" and r["heads"] == "2"
+        assert float(r["p20_ms"]) <= float(r["median_ms"]) <= float(r["p80_ms"])
+
+
+def _sweep_csv(path, rows=1):
+    cols = ["S", "x_bytes", "dtype", "table_dtype", "layout", "mode", "threads", "provider", "median_ms",
+            "x_limit", "x_limit_min"]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(cols)
+        for _ in range(rows):
+            w.writerow([256, 1 << 20, "bfloat16", "bfloat16", "bnsd", "half", 1, "rope_matrix", 0.1, 1.5, 1.4])
+    return str(path)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--dim", "64", "--modes", "half,3d"],
+     "--modes 3d needs D = 128 (its split is 44+44+40), got --dim 64; at this D choose from half, interleave"),
+    (["--dim", "63"], ("--modes half needs an even D (its rotation turns pairs of elements), got --dim 63; "
+                       "use an even --dim")),
+    (["--dim", "0"], "--dim must be >= 1, got 0"),
+    (["--sizes", "abc"], "--sizes takes a comma list of positive integers S, got 'abc'"),
+    (["--sizes", "-5"], "--sizes takes a comma list of positive integers S, got '-5'"),
+    (["--sizes", "0"], "--sizes takes a comma list of positive integers S, got '0'"),
+    (["--sizes", ""], "--sizes takes a comma list of positive integers S, got ''"),
+    (["--threads", "abc"], "--threads: 'abc' is neither an integer nor 'all'"),
+    (["--threads", "1,x"], "--threads: 'x' is neither an integer nor 'all'"),
+    (["--heads", "0"], "--heads must be >= 1, got 0"),
+    (["--iters", "0"], "--iters must be >= 1 and --warmup >= 0"),
+    (["--min-time", "nan"], "--min-time must be a finite number of seconds >= 0, got nan"),
+])
+def test_sweep_options_that_cannot_run_are_refused(argv, message, tmp_path, capsys):
+    # exit status 2 and a message naming the option, not a traceback from inside the run
+    args = ["--sizes", "16", "--dtypes", "bfloat16", "--layouts", "bnsd", "--modes", "half", "--threads", "1",
+            "--heads", "1", "--warmup", "0", "--iters", "1", "--min-time", "0",
+            "--csv", str(tmp_path / "s.csv"), "--plot", "", "--quiet"]
+    with pytest.raises(SystemExit) as e:
+        sweep.main(args + argv)  # a later option wins
+    assert e.value.code == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "s.csv").exists()
+
+
+def test_summarize_refuses_what_is_not_a_sweep_csv(tmp_path, capsys):
+    good = _sweep_csv(tmp_path / "good.csv")
+    header_only = _sweep_csv(tmp_path / "header.csv", rows=0)
+    bench_csv = tmp_path / "bench.csv"
+    bench_csv.write_text("op,mode,provider,median_ms\nrope_matrix,half,rope_matrix,0.1\n")
+    bad_value = tmp_path / "bad.csv"
+    bad_value.write_text((tmp_path / "good.csv").read_text().replace(",1,rope_matrix,", ",one,rope_matrix,"))
+    for paths, message in (
+        ([str(tmp_path / "missing.csv")], f"--summarize: cannot read {tmp_path / 'missing.csv'}: No such file"),
+        ([good, header_only], f"--summarize: {header_only} has no rows; expected the CSV written by"),
+        ([str(bench_csv)], f"--summarize: {bench_csv} has no column S, x_bytes, threads, x_limit, dtype, layout;"),
+        ([str(bad_value)], f"--summarize: {bad_value} line 2: threads = 'one' is not an integer;"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            sweep.main(["--summarize", *paths, "--plot", ""])
+        assert e.value.code == 2
+        assert message in " ".join(capsys.readouterr().err.split()), paths
+    assert len(sweep.main(["--summarize", good, good, "--plot", ""])) == 2
+    assert "2 runs" in capsys.readouterr().out

@@ -46,6 +46,30 @@ def parse_modes(ap: argparse.ArgumentParser, text: str, known: Any) -> list[str]
     return modes
 
 
+def mode_problem(name: str, modes: Any, d: int) -> str | None:
+    """Why mode ``name`` of a CLI's ``modes`` table cannot be built for head dim ``d`` (e.g. "needs
+    an even D ..."), or None when it can. ``modes``: ``{name: (rotation, sections)}``, rotation
+    ``"half"``, ``"interleave"`` or None (a dense matrix, any D), sections a fixed split such as
+    ``[44, 44, 40]`` (that D only) or None (one section of the whole D)."""
+    rot, sections = modes[name]
+    if sections is not None:
+        total = sum(sections)
+        return None if d == total else f"needs D = {total} (its split is {'+'.join(map(str, sections))})"
+    if rot is not None and d % 2:
+        return "needs an even D (its rotation turns pairs of elements)"
+    return None
+
+
+def mode_sections(name: str, modes: Any, d: int) -> list[int]:
+    """The sections of mode ``name`` of ``modes`` (see ``mode_problem``) for head dim ``d``: its
+    fixed split, or ``[d]``; a ValueError saying which D the mode needs when it has none for ``d``."""
+    problem = mode_problem(name, modes, d)
+    if problem:
+        raise ValueError(f"mode {name} {problem}, got D = {d}")
+    sections = modes[name][1]
+    return [d] if sections is None else list(sections)
+
+
 def add_progress_option(ap: argparse.ArgumentParser) -> None:
     """``--progress {auto,on,off}``: auto shows a bar when stderr is a terminal and tqdm is installed."""
     ap.add_argument(
@@ -114,11 +138,28 @@ def time_round_robin(fns: dict, warmup: int, iters: int, min_time: float | None 
             fns[name]()
             samples[name].append((time.perf_counter() - t0) * 1e3)
             bar.update()
-    out = {}
-    for name, s in samples.items():
-        q = statistics.quantiles(s, n=5) if len(s) >= 5 else [min(s)] * 4
-        out[name] = (statistics.median(s), q[0], q[3], min(s))
-    return out
+    return {name: (statistics.median(s), quantile(s, 1, 5), quantile(s, 4, 5), min(s))
+            for name, s in samples.items()}
+
+
+def quantile(data: Any, k: int, q: int) -> float:
+    """The ``k``-th ``q``-quantile of ``data`` (``quantile(s, 1, 5)``: the 20th percentile), for
+    any number of samples >= 1. Method: linear interpolation between the order statistics at the
+    1-based rank ``h = (n + 1) * k / q`` (Hyndman & Fan type 6, R's ``quantile(type = 6)``), with
+    ranks below 1 or above n clamped to the smallest or largest sample. For n >= q this is exactly
+    ``statistics.quantiles(data, n=q)[k - 1]`` (its default ``"exclusive"`` method), which
+    extrapolates past the smallest and largest sample for fewer; at ``k / q = 1 / 2`` it is the
+    median, and it grows with ``k / q``, so p20 <= median <= p80 for every n."""
+    s = sorted(data)
+    n = len(s)
+    if n == 0 or not 0 <= k <= q:
+        raise ValueError(f"quantile: needs at least one sample and 0 <= k <= q, got n = {n}, k = {k}, q = {q}")
+    j, delta = divmod(k * (n + 1), q)  # h = j + delta / q, exact in integers
+    if j < 1:
+        return s[0]
+    if j >= n:
+        return s[-1]
+    return (s[j - 1] * (q - delta) + s[j] * delta) / q
 
 
 def package_version() -> str:

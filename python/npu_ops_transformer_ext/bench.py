@@ -48,11 +48,13 @@ from .reference import mode_matrix, rope_v1, rope_v3
 
 __all__ = ["MODES", "PROVIDERS", "main", "run"]
 
+# {name: (rotation, sections)}: rotation None for a dense matrix (any D); sections None for one
+# section of the whole D (half and interleave: any even D), else a fixed split (3d: D = 128 only).
 MODES = {
-    "half": ("half", [128]),
-    "interleave": ("interleave", [128]),
+    "half": ("half", None),
+    "interleave": ("interleave", None),
     "3d": ("half", [44, 44, 40]),
-    "dense": (None, [128]),
+    "dense": (None, None),
 }
 FAST = ("rope_matrix", "rope_matrix_nocache", "clone", "copy_", "rope_matrix_qk", "limit", "limit_qk")
 PROVIDERS = ["rope_matrix", "rope_matrix_nocache", "eager_v1", "eager_v3", "compile_v1", "clone", "copy_",
@@ -140,7 +142,8 @@ def run(
     bar = _cli.progress(calls, "bench", progress)
     for mode_name in modes:
         bar.set_postfix_str(mode_name)
-        rot_mode, sections = MODES[mode_name]
+        rot_mode = MODES[mode_name][0]
+        sections = _cli.mode_sections(mode_name, MODES, d)
         if rot_mode is None:
             y = (torch.randn(d, d, generator=g) / d**0.5).to(dtype)
         else:
@@ -208,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> object:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
                     help="dtype of x, the tables and the matrix")
     ap.add_argument("--modes", default="half,interleave,3d,dense",
-                    help=f"comma list, each one of: {', '.join(MODES)}")
+                    help=f"comma list, each one of: {', '.join(MODES)} (3d needs D = 128, half and "
+                    "interleave an even D, dense any D)")
     ap.add_argument("--providers", default=",".join(PROVIDERS),
                     help=f"comma list, each one of: {', '.join(PROVIDERS)}")
     ap.add_argument("--warmup", type=int, default=3, help="untimed calls per provider and mode")
@@ -223,16 +227,32 @@ def main(argv: Sequence[str] | None = None) -> object:
     ap.add_argument("--npu-model", action="store_true",
                     help="print the CPU twin's predicted NPU times instead (see --npu-model --help)")
     a = ap.parse_args(args)
-    if a.threads:
-        torch.set_num_threads(a.threads)
+    if a.threads < 0:
+        ap.error(f"--threads must be >= 1, or 0 for torch's default, got {a.threads}")
     shape = _cli.parse_shape(ap, a.shape)
+    d = shape[3]
     modes = _cli.parse_modes(ap, a.modes, MODES)
+    if not modes:
+        ap.error(f"--modes: give at least one of {', '.join(MODES)}")
+    fit = [m for m in MODES if not _cli.mode_problem(m, MODES, d)]
+    for m in modes:
+        problem = _cli.mode_problem(m, MODES, d)
+        if problem:
+            ap.error(f"--modes {m} {problem}, got D = {d} from --shape {a.shape}; at this D choose "
+                     f"from {', '.join(fit)}")
     providers = [p for p in a.providers.split(",") if p]
     for p in providers:
         if p not in PROVIDERS:
             ap.error(f"unknown provider {p!r}; choose from {', '.join(PROVIDERS)}")
+    if not providers:
+        ap.error(f"--providers: give at least one of {', '.join(PROVIDERS)}")
+    if not any(MODES[m][0] is not None or p not in ("eager_v1", "compile_v1") for m in modes for p in providers):
+        ap.error(f"--providers {','.join(providers)} time nothing for --modes {','.join(modes)} "
+                 "(eager_v1 and compile_v1 have no dense form)")
     if a.iters < 1 or a.warmup < 0:
         ap.error("--iters must be >= 1 and --warmup >= 0")
+    if a.threads:
+        torch.set_num_threads(a.threads)
     run(shape, getattr(torch, a.dtype), modes, providers, a.warmup, a.iters, a.csv, a.progress)
     return None
 

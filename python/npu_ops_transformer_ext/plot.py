@@ -33,11 +33,18 @@ _NO_MATPLOTLIB = (
 def read_csv(path: str) -> tuple[dict[str, dict[str, float]], dict[str, str], str]:
     """``({mode: {provider: value}}, metadata of the last row, y label)`` from a bench CSV. The
     value is the time relative to ``copy_``; without ``copy_`` in the CSV, relative to ``clone``;
-    without either, the median time in ms."""
+    without either, the median time in ms. An OSError when the file cannot be read; a ValueError
+    (or ``csv.Error``) saying what is wrong when it is not such a CSV."""
+    what = "expected the CSV of python -m npu_ops_transformer_ext.bench"
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows:
-        raise ValueError(f"{path}: no rows (expected the CSV of python -m npu_ops_transformer_ext.bench)")
+        raise ValueError(f"{path}: no rows ({what})")
+    missing = [c for c in ("op", "mode", "provider", "median_ms") if c not in rows[0]]
+    if missing:
+        hint = ("; a sweep CSV is drawn by python -m npu_ops_transformer_ext.sweep --summarize"
+                if "x_bytes" in rows[0] else "")
+        raise ValueError(f"{path}: no column {', '.join(missing)} ({what}){hint}")
     for column, label in (
         ("x_copy", "time / copy_ (lower is better)"),
         ("x_clone", "time / clone (lower is better)"),
@@ -46,8 +53,11 @@ def read_csv(path: str) -> tuple[dict[str, dict[str, float]], dict[str, str], st
         if any(r.get(column) for r in rows):
             break
     data: dict[str, dict[str, float]] = defaultdict(dict)
-    for r in rows:
-        data[r["mode"]][r["provider"]] = float(r.get(column) or "nan")
+    for i, r in enumerate(rows, 2):
+        try:
+            data[r["mode"]][r["provider"]] = float(r.get(column) or "nan")
+        except ValueError:
+            raise ValueError(f"{path} line {i}: {column} = {r[column]!r} is not a number ({what})") from None
     return dict(data), rows[-1], label
 
 
@@ -85,7 +95,8 @@ def draw(path: str) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m npu_ops_transformer_ext.plot --help``. Returns the exit status
-    (2 when matplotlib is missing)."""
+    (2 when matplotlib is missing; a CSV that is missing or not a bench CSV exits with 2 through
+    ``argparse``'s ``error``)."""
     ap = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.plot",
         description=__doc__,
@@ -95,6 +106,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-o", "--out", default="bench_results/rope_matrix_cpu.png",
                     help="image to write (the format follows the extension: png, svg, pdf)")
     a = ap.parse_args(argv)
+    try:
+        read_csv(a.csv)  # a missing or unreadable file, or not a bench CSV: an option error (exit 2)
+    except OSError as e:
+        ap.error(f"cannot read {a.csv}: {e.strerror or e}")
+    except (UnicodeDecodeError, csv.Error) as e:
+        ap.error(f"{a.csv} is not a CSV file ({e})")
+    except ValueError as e:
+        ap.error(str(e))
     try:
         fig = draw(a.csv)
     except ImportError as e:

@@ -17,7 +17,10 @@ and compares each with the float32 contract ``reference.rope_matrix_reference`` 
 rounding to x's dtype). It prints the script's metric ``min(abs_err, rel_err).max()`` with
 ``abs_err = |a - b|`` and ``rel_err = abs_err / (max(|a|, |b|) + 1e-8)``, the count of elements
 with a non-zero error, and the largest absolute error. The exit status is 1 when v5 exceeds
-``--threshold`` (default: one ulp of x's dtype, ``torch.finfo(dtype).eps``) in any case.
+``--threshold`` (default: one ulp of x's dtype, ``torch.finfo(dtype).eps``) in any case, and 2
+when an option is refused before any case runs (e.g. a head dim D that a --dims split does not
+fit: 1d needs an even D >= 2, 2d >= 4, 3d >= 6; --device npu without an NPU; a --threshold that
+is not a finite number >= 0).
 
 Two weaknesses of the original script are fixed: sin and cos are distinct tables (real RoPE angles
 at random positions, not one random tensor passed twice), and the comparison is signed (the
@@ -27,6 +30,8 @@ script compared ``|a|`` with ``|b|``, which hides sign errors).
 from __future__ import annotations
 
 import argparse
+import math
+import re
 import sys
 from collections.abc import Sequence
 
@@ -43,13 +48,17 @@ DIMS = ("1d", "2d", "3d")
 ROT_MODES = ("half", "interleave")
 DEFAULT_SHAPE = (1, 24, 28800, 128)
 SMALL_SHAPE = (1, 3, 97, 128)
+#: The smallest head dim D of each --dims, which also needs D even: below it a part of
+#: ``sections_for`` is 0 (2D [0, 2] at D = 2, 3D [2, 2, 0] at D = 4); an odd D leaves an odd part.
+MIN_DIM = {"1d": 2, "2d": 4, "3d": 6}
 
 
 def sections_for(dims: str, d: int) -> list[int]:
     """RoPE axis split of head dim d: 1D ``[d]``, 2D ``[d/2, d/2]``, 3D the seed's ``44+44+40``
     for d = 128 (in general ``[e, e, d - 2e]`` with ``e = 2 * round(d * 11 / 64)``). For an even d
     every part is even, as a half or interleave rotation needs: when d/2 is odd, 2D is
-    ``[d/2 - 1, d/2 + 1]``."""
+    ``[d/2 - 1, d/2 + 1]``; every part is positive from ``MIN_DIM[dims]`` on (2D at d = 2 is
+    ``[0, 2]``, 3D at d = 4 ``[2, 2, 0]``)."""
     if dims == "1d":
         return [d]
     if dims == "2d":
@@ -135,7 +144,8 @@ def run_case(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m npu_ops_transformer_ext.precision --help``. Returns the exit
-    status: 0 when v5 is within the threshold in every case, else 1."""
+    status: 0 when v5 is within the threshold in every case, else 1 (an invalid option exits with
+    2 through ``argparse``'s ``error``)."""
     p = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.precision",
         description=__doc__,
@@ -161,11 +171,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--modes", default=",".join(ROT_MODES), help=f"comma list, each one of: {', '.join(ROT_MODES)}"
     )
     p.add_argument(
-        "--device", default="auto", help="auto (npu when torch_npu finds one, else cpu), cpu, npu"
+        "--device", default="auto",
+        help="auto (npu when torch_npu finds one, else cpu), cpu, npu or npu:N (npu needs torch_npu "
+        "and an NPU)",
     )
     p.add_argument(
         "--threshold", type=float, default=None,
-        help="max v5 metric (default: eps of --dtype: bf16 0.0078125, fp16 0.000977, fp32 1.19e-07)",
+        help="max v5 metric, a finite number >= 0 (default: eps of --dtype: bf16 0.0078125, fp16 "
+        "0.000977, fp32 1.19e-07)",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of x and of the table positions")
     _cli.add_progress_option(p)
@@ -178,6 +191,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for m in modes_list:
         if m not in ROT_MODES:
             p.error(f"unknown --modes entry {m!r}; choose from {', '.join(ROT_MODES)}")
+    if not dims_list or not modes_list:
+        p.error(f"--dims and --modes need at least one entry each ({', '.join(DIMS)}; {', '.join(ROT_MODES)})")
+    if a.threshold is not None and not (math.isfinite(a.threshold) and a.threshold >= 0):
+        p.error(f"--threshold must be a finite number >= 0, got {a.threshold}")
+    if not re.fullmatch(r"auto|cpu|npu(:\d+)?", a.device):
+        p.error(f"--device must be auto, cpu, npu or npu:N, got {a.device!r}")
 
     import npu_ops_transformer_ext  # noqa: F401  (registers the op)
 
@@ -190,9 +209,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"--shape must be four positive integers B,N,S,D, got {a.shape!r}")
     else:
         shape = SMALL_SHAPE if a.small else DEFAULT_SHAPE
+    d = shape[3]
+    for dims in dims_list:
+        parts = sections_for(dims, d)
+        if d % 2 or d < MIN_DIM[dims] or min(parts) < 2 or any(v % 2 for v in parts):
+            p.error(
+                f"--dims {dims} needs an even D >= {MIN_DIM[dims]}, got D = {d} from --shape "
+                f"{','.join(map(str, shape))} (split {parts}); "
+                + "valid D: " + ", ".join(f"{k} even >= {v}" for k, v in MIN_DIM.items())
+            )
     dtype = _DTYPES[a.dtype]
     table_dtype = dtype if a.table_dtype == "same" else torch.float32
     npu = _npu_available()
+    if a.device.startswith("npu") and not npu:
+        p.error(f"--device {a.device}: no NPU here (torch_npu is not installed or finds none); use "
+                "--device cpu or auto")
     device = ("npu" if npu else "cpu") if a.device == "auto" else a.device
     with_v4 = npu and device.startswith("npu")
     threshold = torch.finfo(dtype).eps if a.threshold is None else a.threshold

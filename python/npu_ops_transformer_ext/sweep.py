@@ -59,7 +59,9 @@ _ops = torch.ops.npu_ops_transformer_ext
 SIZES = [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
 DTYPES = ["bfloat16", "float16", "float32"]
 LAYOUTS = ["bnsd", "bsnd"]
-MODES = {"half": ("half", [128]), "interleave": ("interleave", [128]), "3d": ("half", [44, 44, 40])}
+# {name: (rotation, sections)}: sections None for one section of the whole D (any even D), else a
+# fixed split (3d: D = 128 only); see _cli.mode_problem.
+MODES = {"half": ("half", None), "interleave": ("interleave", None), "3d": ("half", [44, 44, 40])}
 
 
 # ---- the limit ----------------------------------------------------------------------------------
@@ -168,13 +170,18 @@ def _time_round_robin(fns: dict, warmup: int, iters: int, min_time: float = 0.0)
 
 
 def _thread_counts(spec: str) -> list[int]:
+    """The distinct counts of ``spec`` ("1,2,all") from 1 to torch's default, in order; others are
+    left out. A ValueError for an entry that is neither an integer nor ``all``."""
     total = torch.get_num_threads()
     out = []
     for v in spec.split(","):
         v = v.strip()
         if not v:
             continue
-        n = total if v == "all" else int(v)
+        try:
+            n = total if v == "all" else int(v)
+        except ValueError:
+            raise ValueError(f"--threads: {v!r} is neither an integer nor 'all'") from None
         if 1 <= n <= total and n not in out:
             out.append(n)
     return out
@@ -221,7 +228,7 @@ def run_sweep(
                 sin = torch.rand(s, dim, generator=g).to(tdtype)
                 cos = torch.rand(s, dim, generator=g).to(tdtype)
                 tab = {"bnsd": (sin, cos), "bsnd": (sin[:, None, :], cos[:, None, :])}
-                ys = {m: mode_matrix(*MODES[m], dtype=dtype) for m in modes}
+                ys = {m: mode_matrix(MODES[m][0], _cli.mode_sections(m, MODES, dim), dtype=dtype) for m in modes}
                 x_bytes = xs["bnsd"].numel() * xs["bnsd"].element_size()
                 t_bytes = sin.numel() * sin.element_size() + cos.numel() * cos.element_size()
                 for nthreads in counts:
@@ -415,6 +422,39 @@ def plot(rows: Sequence[dict], path: str, stat: str = "x_limit") -> bool:
     return True
 
 
+# The columns --summarize reads (spread_table, plot), and the type each value must have.
+_SWEEP_COLUMNS = {"S": int, "x_bytes": int, "threads": int, "x_limit": float, "dtype": None, "layout": None,
+                  "mode": None, "provider": None}
+
+
+def _read_sweep_csv(path: str) -> list[dict]:
+    """read_csv for ``--summarize``: the rows of a sweep CSV, or an OSError or a ValueError that
+    names the file and says what is wrong with it."""
+    try:
+        rows = read_csv(path)
+    except OSError as e:
+        raise OSError(f"cannot read {path}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ValueError(f"{path} is not a CSV file ({e})") from None
+    what = "expected the CSV written by python -m npu_ops_transformer_ext.sweep"
+    if not rows:
+        raise ValueError(f"{path} has no rows; {what}")
+    missing = [c for c in _SWEEP_COLUMNS if c not in rows[0]]
+    if missing:
+        raise ValueError(f"{path} has no column {', '.join(missing)}; {what}")
+    columns = {**_SWEEP_COLUMNS, **({"x_limit_min": float} if "x_limit_min" in rows[0] else {})}
+    for i, r in enumerate(rows, 2):
+        for c, kind in columns.items():
+            if kind is None:
+                continue
+            try:
+                kind(r[c])
+            except (TypeError, ValueError):
+                kind_name = "an integer" if kind is int else "a number"
+                raise ValueError(f"{path} line {i}: {c} = {r[c]!r} is not {kind_name}; {what}") from None
+    return rows
+
+
 def _csv_list(v):
     return [s for s in v.split(",") if s]
 
@@ -435,7 +475,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {list(MODES)}")
     ap.add_argument("--threads", default="1,2,all", help="comma list of thread counts, 'all' = torch's default")
     ap.add_argument("--heads", type=int, default=24, help="B*N")
-    ap.add_argument("--dim", type=int, default=128, help="D (the 3d mode needs 128)")
+    ap.add_argument("--dim", type=int, default=128, help="D (the 3d mode needs 128, half and interleave an even D)")
     ap.add_argument("--table-dtype", default="same", choices=["same", "float32"],
                     help="dtype of sin/cos: x's own or float32")
     ap.add_argument("--no-qk", action="store_true", help="skip rope_matrix_qk")
@@ -450,7 +490,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
                     help="do not run: print the spread over these CSVs of earlier runs and plot them together")
     a = ap.parse_args(argv)
     if a.summarize:
-        runs = [read_csv(p) for p in a.summarize]
+        runs = []
+        for path in a.summarize:
+            try:
+                runs.append(_read_sweep_csv(path))
+            except (OSError, ValueError) as e:
+                ap.error(f"--summarize: {e}")
         for nt in sorted({int(r["threads"]) for r in runs[0]}):
             for stat in (v for v in ("x_limit", "x_limit_min") if v in runs[0][0]):
                 print(spread_table(runs, stat, nt) + "\n")
@@ -458,15 +503,36 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
             merged = [r for rows in runs for r in rows]
             print(f"wrote {a.plot}" if plot(merged, a.plot) else "no plot (matplotlib is not installed)")
         return runs
-    sizes = [int(v) for v in _csv_list(a.sizes)]
+    try:
+        sizes = [int(v) for v in _csv_list(a.sizes)]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        ap.error(f"--sizes takes a comma list of positive integers S, got {a.sizes!r}")
     dtypes, layouts, modes = _csv_list(a.dtypes), _csv_list(a.layouts), _csv_list(a.modes)
     for v, allowed, what in ((dtypes, DTYPES, "dtype"), (layouts, LAYOUTS, "layout"), (modes, list(MODES), "mode")):
         bad = [x for x in v if x not in allowed]
         if bad or not v:
             ap.error(f"--{what}s: choose from {allowed}, got {v}")
-    if "3d" in modes and a.dim != 128:
-        ap.error("--modes 3d needs --dim 128 (44 + 44 + 40)")
-    if not _thread_counts(a.threads):
+    if a.heads < 1:
+        ap.error(f"--heads must be >= 1, got {a.heads}")
+    if a.dim < 1:
+        ap.error(f"--dim must be >= 1, got {a.dim}")
+    fit = [m for m in MODES if not _cli.mode_problem(m, MODES, a.dim)]
+    for m in modes:
+        problem = _cli.mode_problem(m, MODES, a.dim)
+        if problem:
+            ap.error(f"--modes {m} {problem}, got --dim {a.dim}; "
+                     + (f"at this D choose from {', '.join(fit)}" if fit else "use an even --dim"))
+    if a.iters < 1 or a.warmup < 0:
+        ap.error("--iters must be >= 1 and --warmup >= 0")
+    if not a.min_time >= 0 or a.min_time == float("inf"):
+        ap.error(f"--min-time must be a finite number of seconds >= 0, got {a.min_time}")
+    try:
+        counts = _thread_counts(a.threads)
+    except ValueError as e:
+        ap.error(str(e))
+    if not counts:
         ap.error(f"--threads: no valid count in {a.threads!r} (this process has {torch.get_num_threads()})")
     rows = run_sweep(sizes, dtypes, layouts, modes, a.threads, a.heads, a.dim, a.table_dtype,
                      qk=not a.no_qk, warmup=a.warmup, iters=a.iters, min_time=a.min_time,
