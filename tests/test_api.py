@@ -171,7 +171,7 @@ BAD = [
     pytest.param((_x, _y, _t, torch.randn(6, D).bfloat16()), ValueError, r"cos \[6, 128\] does not broadcast to x \[2, 3, 5, 128\]: dim 0 is 6, expected 1 or 5 .*for_layout\(cos, layout\)", id="cos-broadcast"),
     pytest.param((_x[:1], _y, torch.randn(2, 3, 5, D).bfloat16(), _t), ValueError, r"sin \[2, 3, 5, 128\] does not broadcast to x \[1, 3, 5, 128\]: dim 0 is 2, expected 1 \(dims align", id="sin-broadcast-x-dim-1"),
     pytest.param((_x, _y, torch.randn(1, 2, 3, 5, D).bfloat16(), _t), ValueError, r"sin must have rank 1..4", id="sin-rank"),
-    pytest.param((_x, _y, _t.int(), _t), TypeError, r"sin must have a floating dtype \(torch.bfloat16, torch.float16, torch.float32 or torch.float64\), got torch.int32; pass sin.float\(\)", id="sin-dtype"),
+    pytest.param((_x, _y, _t.int(), _t), TypeError, r"sin must have a floating dtype \(e.g. torch.float32 or x.dtype\), got torch.int32; pass sin.float\(\)", id="sin-dtype"),
     pytest.param((_x.float(), _y.float(), _t.float(), _t.int()), TypeError, r"cos must have a floating dtype .*, got torch.int32; pass cos.float\(\)", id="cos-dtype-fp32-x"),
     pytest.param((_x, _y, torch.randn(2, 1, D).bfloat16(), _t), ValueError, r"sin \[2, 1, 128\] does not broadcast", id="sin-bad-heads"),
 ]
@@ -412,6 +412,27 @@ def test_float64_tables_are_rounded_to_float32_once(dtype, compiled):
     xi = x.clone()
     ext.rope_matrix_(xi, mat, sin, cos)
     assert torch.equal(xi, out)
+
+
+@pytest.mark.parametrize("table_dtype", [torch.float8_e4m3fn, torch.float8_e5m2, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("compiled", [False, True])
+def test_tables_of_any_floating_dtype_are_converted_to_float32(table_dtype, compiled):
+    """sin and cos may have any floating dtype: a dtype other than x.dtype and float32 is converted
+    to float32 once (exactly, from these narrower dtypes), eagerly and under torch.compile, also
+    for tables built by the table builders in that dtype."""
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(2, 3, 7, 16, generator=g)
+    sin, cos = (torch.randn(7, 16, generator=g).to(table_dtype) for _ in range(2))
+    mat = ext.get_half_matrix(16)
+    f = ext.rope_matrix
+    if compiled:
+        torch._dynamo.reset()
+        f = torch.compile(ext.rope_matrix, fullgraph=True)
+    want = ext.rope_matrix(x, mat, sin.float(), cos.float())
+    assert torch.equal(f(x, mat, sin, cos), want)
+    torch.testing.assert_close(want, rope_matrix_reference(x, mat, sin.float(), cos.float()), rtol=0, atol=0)
+    t = ext.rope_1d(7, 16, dtype=table_dtype)
+    assert torch.equal(f(x, t.mat, t.sin, t.cos), ext.rope_matrix(x, t.mat, t.sin.float(), t.cos.float()))
 
 
 def test_float64_table_rounding_is_nearest_even_not_truncation():

@@ -173,6 +173,38 @@ def test_refuses_x_sharing_memory_with(name):
     assert torch.equal(x, before)
 
 
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("name", ["mat", "sin", "cos"])
+def test_compiled_refuses_x_sharing_memory_with(name, backend):
+    """Under torch.compile the fake kernel makes the same check on the traced views (a backend that
+    functionalizes the mutation never runs the eager check), and nothing is written; views of one
+    buffer with no byte in common are still taken, with the eager bits."""
+    buf = torch.randn(4 * 64 + 64 * 64)
+    x = buf[: 4 * 64].view(4, 64)
+    args = {"mat": get_half_matrix(64, dtype=torch.float32), "sin": _tables(4, 64)[0], "cos": _tables(4, 64)[1]}
+    if name == "mat":
+        args["mat"] = buf[64 * 3 : 64 * 3 + 64 * 64].view(64, 64)
+    else:
+        args[name] = buf[64:].view(-1, 64)[:4]
+
+    def f(x, mat, sin, cos):
+        ext.rope_matrix_(x, mat, sin, cos)
+        return x
+
+    before = buf.clone()
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=rf"x shares memory with {name} .*pass {name}.clone\(\)"):
+        torch.compile(f, backend=backend, fullgraph=True)(x, args["mat"], args["sin"], args["cos"])
+    assert torch.equal(buf, before)
+    # disjoint views of one buffer: taken
+    buf = torch.randn(5, 3, 64)
+    x, sin, cos = buf.unbind(1)
+    want = ops.rope_matrix(x, get_half_matrix(64), sin, cos)
+    torch._dynamo.reset()
+    torch.compile(f, backend=backend, fullgraph=True)(x, get_half_matrix(64), sin, cos)
+    assert torch.equal(x, want)
+
+
 def test_refuses_interleaved_views_that_share_one_element():
     # x = buf[:, 0] and sin = buf[:, ::2] interleave; they share element column 0 of each row.
     buf = torch.randn(4, 2, 64)

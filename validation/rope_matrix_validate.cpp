@@ -77,9 +77,11 @@ std::string x_dtype_or_float(at::ScalarType x_dtype, const char* x_name) {
 void check_table(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x,
                  const char* x_name) {
   const int64_t D = x.size(-1);
-  TORCH_CHECK_TYPE(is_supported_x_dtype(t.scalar_type()), op, ": ", name,
-                   " must have a floating dtype (torch.bfloat16, torch.float16, torch.float32 or "
-                   "torch.float64), got ", dtype_name(t.scalar_type()), "; pass ", name, ".float()");
+  // Any floating dtype: x.dtype and float32 are used as given, any other is converted to float32
+  // once (kernel_table), exactly from every dtype narrower than float32.
+  TORCH_CHECK_TYPE(at::isFloatingType(t.scalar_type()), op, ": ", name,
+                   " must have a floating dtype (e.g. torch.float32 or ", x_name, ".dtype), got ",
+                   dtype_name(t.scalar_type()), "; pass ", name, ".float()");
   TORCH_CHECK_VALUE(t.dim() >= 1 && t.dim() <= x.dim(), op, ": ", name,
                     " must have rank 1..", x.dim(), " (", x_name, " has rank ", x.dim(),
                     ") and broadcast to ", x_name, " ", shape_str(x.sizes()), ", got ",

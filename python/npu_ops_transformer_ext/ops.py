@@ -95,9 +95,9 @@ def _x_dtype_or_float(x_dtype, x_name) -> str:
 def _check_table(op, name, t, x, x_name):
     d = x.shape[-1]
     torch._check_type(
-        t.dtype in _X_DTYPES,
-        lambda: f"{op}: {name} must have a floating dtype (torch.bfloat16, torch.float16, torch.float32 or "
-        f"torch.float64), got {dtype_name(t.dtype)}; pass {name}.float()",
+        t.dtype.is_floating_point,
+        lambda: f"{op}: {name} must have a floating dtype (e.g. torch.float32 or {x_name}.dtype), got "
+        f"{dtype_name(t.dtype)}; pass {name}.float()",
     )
     torch._check_value(
         1 <= t.dim() <= x.dim(),
@@ -217,10 +217,59 @@ def _overlaps_itself(x) -> bool | None:
     return False
 
 
-def check_inplace(op: str, x: torch.Tensor) -> None:
+def _byte_runs(t, cap: int):
+    """Sorted, merged ``[start, end)`` byte runs of ``t`` in its storage, or None when there would
+    be more than ``cap`` (or the sizes are symbolic). Zero strides add no address."""
+    sizes, strides, off = list(t.shape), list(t.stride()), t.storage_offset()
+    if not _concrete(*sizes, *strides, off):
+        return None
+    elem = t.element_size()
+    dims = sorted(((n, st * elem) for n, st in zip(sizes, strides) if n > 1 and st != 0), key=lambda d: -d[1])
+    run = elem
+    while dims and dims[-1][1] == run:
+        run *= dims[-1][0]
+        dims.pop()
+    count = 1
+    for n, _ in dims:
+        count *= n
+        if count > cap:
+            return None
+    starts = [off * elem]
+    for n, st in dims:
+        starts = [b + i * st for b in starts for i in range(n)]
+    merged = []
+    for a in sorted(starts):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], a + run)
+        else:
+            merged.append([a, a + run])
+    return merged
+
+
+def _shares_memory(x, t) -> bool | None:
+    """Python mirror of ``shared_memory`` (validation/): whether x and t have a byte in common;
+    None when undecidable here (symbolic sizes, or too many runs to list: eager decides)."""
+    if x.numel() == 0 or t.numel() == 0 or not torch._C._is_alias_of(x, t):
+        return False
+    a, b = _byte_runs(x, 1 << 20), _byte_runs(t, 1 << 20)
+    if a is None or b is None:
+        return None
+    i = j = 0
+    while i < len(a) and j < len(b):
+        if a[i][0] < b[j][1] and b[j][0] < a[i][1]:
+            return True
+        if a[i][1] <= b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return False
+
+
+def check_inplace(op: str, x: torch.Tensor, others: tuple = ()) -> None:
     """The in-place checks the fake kernel can make: x must not be an inference tensor outside
-    inference mode, nor overlap itself. (Whether x shares memory with mat, sin or cos is decided on
-    the real tensors, by every backend.)"""
+    inference mode, nor overlap itself, nor share memory with ``others`` (``(name, tensor)`` pairs:
+    mat, sin, cos), as far as sizes and strides are known at trace time; the backends decide again on
+    the real tensors."""
     torch._check(
         not x.is_inference() or torch.is_inference_mode_enabled(),
         lambda: f"{op}: x is an inference tensor (made under torch.inference_mode()), which cannot be "
@@ -232,9 +281,16 @@ def check_inplace(op: str, x: torch.Tensor) -> None:
         f"tensor, strides {tuple(x.stride())} for shape {list(x.shape)}), so it cannot be updated in "
         "place; use the out-of-place rope_matrix, or x.contiguous() first",
     )
+    for name, t in others:
+        torch._check_value(
+            _shares_memory(x, t) is not True,
+            lambda name=name: f"{op}: x shares memory with {name} (they are views of one storage and some "
+            f"of their elements are the same bytes), so updating x in place would change {name} while it "
+            f"is read; pass {name}.clone(), or use the out-of-place rope_matrix",
+        )
 
 
 @torch.library.register_fake(f"{_NS}::rope_matrix_")
 def _rope_matrix_inplace_fake(x, mat, sin, cos):
     check_inputs("rope_matrix_", x, mat, sin, cos)
-    check_inplace("rope_matrix_", x)
+    check_inplace("rope_matrix_", x, (("mat", mat), ("sin", sin), ("cos", cos)))
