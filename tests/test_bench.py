@@ -210,3 +210,25 @@ def test_bench_mode_errors_exit_2_from_the_command_line(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "--modes 3d needs D = 128" in r.stderr
     assert not (tmp_path / "b.csv").exists()
+
+
+def test_csv_path_that_cannot_be_written_is_refused_up_front(tmp_path, capsys):
+    # a directory, or a folder under a file: exit 2 naming --csv before anything is timed (was: the
+    # whole run, then IsADirectoryError)
+    not_a_folder = tmp_path / "file.txt"
+    not_a_folder.write_text("")
+    args = ["--shape", "1,1,2,4", "--modes", "half", "--providers", "rope_matrix", "--iters", "1", "--warmup", "0",
+            "--progress", "off"]
+    for path, message in (
+        (tmp_path, f"--csv {tmp_path} is a directory; give a file name"),
+        (not_a_folder / "b.csv",
+         f"--csv {not_a_folder / 'b.csv'}: cannot create its folder {not_a_folder}: {not_a_folder} is not a directory"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            bench.main([*args, "--csv", str(path)])
+        assert e.value.code == 2, path
+        captured = capsys.readouterr()
+        assert message in " ".join(captured.err.split()), path
+        assert "rope_matrix benchmark" not in captured.out
+    bench.main([*args, "--csv", str(tmp_path / "new" / "sub" / "b.csv")])  # a folder still to create is fine
+    assert (tmp_path / "new" / "sub" / "b.csv").exists()

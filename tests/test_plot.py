@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from npu_ops_transformer_ext import plot
+from npu_ops_transformer_ext import _cli, plot
 
 PROVIDERS = ["rope_matrix", "rope_matrix_nocache", "eager_v1", "eager_v3", "compile_v1", "clone", "copy_"]
 
@@ -103,3 +103,34 @@ def test_module_entry_point_on_a_missing_csv_exits_2(tmp_path):
     r = subprocess.run([sys.executable, "-m", "npu_ops_transformer_ext.plot", str(tmp_path / "none.csv"),
                         "-o", str(tmp_path / "b.png")], capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "cannot read" in r.stderr, r.stderr
+
+
+def test_an_output_that_cannot_be_written_is_an_option_error(tmp_path, monkeypatch, capsys):
+    # exit status 2 and a message naming --out, before the CSV is drawn (was: matplotlib's
+    # "Format 'xyz' is not supported" or IsADirectoryError, exit 1, after drawing)
+    src = str(_csv(tmp_path / "b.csv"))
+    not_a_folder = tmp_path / "file.txt"
+    not_a_folder.write_text("")
+    for out, message in (
+        (tmp_path / "out.xyz", (f"--out {tmp_path / 'out.xyz'}: 'xyz' is not an image format matplotlib "
+                                "writes; end the name with one of .")),
+        (tmp_path, f"--out {tmp_path} is a directory; give a file name"),
+        (not_a_folder / "b.png", f"cannot create its folder {not_a_folder}: {not_a_folder} is not a directory"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            plot.main([src, "-o", str(out)])
+        assert e.value.code == 2, out
+        err = " ".join(capsys.readouterr().err.split())
+        assert message in err, (out, err)
+    assert not (tmp_path / "out.xyz").exists()
+    # without matplotlib the formats savefig writes are a fixed list
+    for name in list(sys.modules):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(SystemExit) as e:
+        plot.main([src, "-o", str(tmp_path / "out.xyz")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert e.value.code == 2 and f"end the name with one of .{', .'.join(_cli.IMAGE_FORMATS)}" in err
+    assert plot.main([src, "-o", str(tmp_path / "b.SVG")]) == 2  # a valid name: then matplotlib is missing
+    assert "pip install matplotlib" in capsys.readouterr().err

@@ -285,3 +285,29 @@ def test_summarize_refuses_what_is_not_a_sweep_csv(tmp_path, capsys):
         assert message in " ".join(capsys.readouterr().err.split()), paths
     assert len(sweep.main(["--summarize", good, good, "--plot", ""])) == 2
     assert "2 runs" in capsys.readouterr().out
+
+
+def test_sweep_output_paths_are_checked_before_the_run(tmp_path, capsys):
+    # an image format matplotlib does not write, or a CSV path that is a directory or under a file,
+    # is an option error (exit 2) before any cell runs (was: the whole sweep, then a traceback)
+    args = ["--sizes", "16", "--dtypes", "bfloat16", "--layouts", "bnsd", "--modes", "half", "--threads", "1",
+            "--heads", "1", "--warmup", "0", "--iters", "1", "--min-time", "0", "--quiet"]
+    not_a_folder = tmp_path / "file.txt"
+    not_a_folder.write_text("")
+    for argv, message in (
+        (["--csv", str(tmp_path / "s.csv"), "--plot", str(tmp_path / "x.xyz")],
+         f"--plot {tmp_path / 'x.xyz'}: 'xyz' is not an image format matplotlib writes; end the name with one of"),
+        (["--csv", str(tmp_path), "--plot", ""], f"--csv {tmp_path} is a directory; give a file name"),
+        (["--csv", str(not_a_folder / "s.csv"), "--plot", ""],
+         f"--csv {not_a_folder / 's.csv'}: cannot create its folder {not_a_folder}: {not_a_folder} is not a directory"),
+        (["--csv", "", "--plot", ""], "--csv: give a file name"),
+        (["--summarize", _sweep_csv(tmp_path / "good.csv"), "--plot", str(tmp_path / "x.xyz")],
+         f"--plot {tmp_path / 'x.xyz'}: 'xyz' is not an image format"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            sweep.main(args + argv)
+        assert e.value.code == 2, argv
+        captured = capsys.readouterr()
+        assert message in " ".join(captured.err.split()), argv
+        assert captured.out == "", argv  # nothing ran, no table printed
+    assert not (tmp_path / "s.csv").exists() and not (tmp_path / "x.xyz").exists()

@@ -223,3 +223,49 @@ def test_word_gather_keeps_half_3d_at_the_copies_time():
     assert half3d["predicted_us"] <= 1.02 * half1d["predicted_us"]
     slow = npu_model.predict(shape, "half-3d", "perm", timing_params={"gather_elems_per_cycle": 2.5})
     assert slow["predicted_us"] > 1.05 * half1d["predicted_us"]  # a Gather of twice the work would show
+
+
+@pytest.mark.parametrize(("dtype", "d"), [("bfloat16", 4690), ("float32", 3914)])
+def test_npu_model_shows_a_dash_where_only_mix_serves_the_head_dim(dtype, d, capsys):
+    # D above the perm kernel's UB limit but within MIX's: "-" in the perm column, as for dense,
+    # and the MIX figure (was: the perm tiling's ValueError, exit 1)
+    rows = npu_model.main(["--shape", f"1,1,2,{d}", "--dtype", dtype, "--modes", "half-1d,dense"])
+    assert [(r["mode"], r["kernel"]) for r in rows] == [("half-1d", "mix"), ("dense", "mix")]
+    lines = capsys.readouterr().out.splitlines()
+    half = next(v for v in lines if v.startswith("half-1d")).split()
+    assert half[1] == "-" and float(half[2]) > 0
+    assert any(v.startswith("perm -: the vector-only kernel does not serve this shape") for v in lines)
+
+
+def test_npu_model_limits_match_the_tilings():
+    for dtype, d_max in npu_model.D_MAX.items():
+        twin.tiling(1, 2, 1, d_max, x_dtype=dtype, table_dtype=dtype)
+        with pytest.raises(ValueError, match=f"largest D served with these dtypes is {d_max}"):
+            twin.tiling(1, 2, 1, d_max + 2, x_dtype=dtype, table_dtype=dtype)
+    with pytest.raises(ValueError, match="below the minimum 16"):
+        twin.tiling(1, 2, 1, npu_model.D_MIN - 2)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--shape", "1,2,16,8"], ("--shape 1,2,16,8: the NPU kernels serve 16 <= D <= 5216 for --dtype bfloat16 "
+                               "(the largest D: bfloat16 5216, float16 5216, float32 3920), got D = 8")),
+    (["--shape", "1,1,2,5218"], "--shape 1,1,2,5218: the NPU kernels serve 16 <= D <= 5216 for --dtype bfloat16"),
+    (["--shape", "1,1,2,3922", "--dtype", "float32"],
+     "--shape 1,1,2,3922: the NPU kernels serve 16 <= D <= 3920 for --dtype float32"),
+    (["--soc", "Foo"], "--soc 'Foo' is not a SoC the twin knows; choose from Ascend910B1, Ascend910B2, Ascend910B3"),
+    (["--shape", "1,2,16,17", "--modes", "dense,half-1d"],
+     ("--modes half-1d needs an even D (its rotation turns pairs of elements), got D = 17 from --shape 1,2,16,17; "
+      "at this D choose from dense")),
+    (["--modes", ","], "--modes: give at least one of half-1d, half-2d, half-3d, interleave-1d"),
+])
+def test_npu_model_options_that_cannot_run_are_refused_up_front(argv, message, capsys):
+    # exit status 2 and a message naming the option and its limits, before the twin runs (was: a
+    # traceback with exit 1, or an empty table)
+    from npu_ops_transformer_ext import bench
+
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--npu-model", "--shape", "1,1,2,16", "--modes", "half-1d", *argv])
+    assert e.value.code == 2
+    captured = capsys.readouterr()
+    assert message in " ".join(captured.err.split())
+    assert captured.out == ""

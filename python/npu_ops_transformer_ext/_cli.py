@@ -70,6 +70,47 @@ def mode_sections(name: str, modes: Any, d: int) -> list[int]:
     return [d] if sections is None else list(sections)
 
 
+#: The formats matplotlib's ``savefig`` writes out of the box (its canvas's ``get_supported_filetypes``),
+#: for checking an image path when matplotlib is not installed.
+IMAGE_FORMATS = ("eps", "jpeg", "jpg", "pdf", "pgf", "png", "ps", "raw", "rgba", "svg", "svgz", "tif", "tiff", "webp")
+
+
+def image_formats() -> list[str]:
+    """The file formats ``savefig`` can write: asked of matplotlib's canvas when it is installed,
+    else ``IMAGE_FORMATS``."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return list(IMAGE_FORMATS)
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
+def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image: bool = False) -> None:
+    """``ap.error`` naming ``option`` unless ``path`` can be written, checked before a run: it is
+    not an existing directory, and its folder exists or can be created (the nearest existing
+    ancestor is a writable directory; nothing is created here). ``image``: its extension must also
+    be a format matplotlib's ``savefig`` writes (none: matplotlib's default, PNG)."""
+    if not path:
+        ap.error(f"{option}: give a file name")
+    if os.path.isdir(path):
+        ap.error(f"{option} {path} is a directory; give a file name")
+    if image:
+        ext = os.path.splitext(path)[1][1:].lower()
+        formats = image_formats()
+        if ext and ext not in formats:
+            ap.error(f"{option} {path}: {ext!r} is not an image format matplotlib writes; end the name with "
+                     f"one of .{', .'.join(formats)}")
+    folder = os.path.dirname(os.path.abspath(path))
+    existing = folder
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        ap.error(f"{option} {path}: cannot create its folder {folder}: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        verb = "write into" if existing == folder else "create its folder in"
+        ap.error(f"{option} {path}: cannot {verb} {existing} (no write permission)")
+
+
 def add_progress_option(ap: argparse.ArgumentParser) -> None:
     """``--progress {auto,on,off}``: auto shows a bar when stderr is a terminal and tqdm is installed."""
     ap.add_argument(

@@ -251,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> object:
                  "(eager_v1 and compile_v1 have no dense form)")
     if a.iters < 1 or a.warmup < 0:
         ap.error("--iters must be >= 1 and --warmup >= 0")
+    if a.csv:
+        _cli.check_output_path(ap, "--csv", a.csv)
     if a.threads:
         torch.set_num_threads(a.threads)
     run(shape, getattr(torch, a.dtype), modes, providers, a.warmup, a.iters, a.csv, a.progress)

@@ -4,7 +4,8 @@
     python -m npu_ops_transformer_ext.bench --npu-model --shape 1,24,4096,128 --modes half-1d,dense
 
 Runs the Ascend C kernels on the CPU twin (``twin.run(..., timeline=True)``) for every mode and
-kernel (the vector-only ``perm`` kernel for the signed permutations, the ``MIX`` kernel for all),
+kernel (the vector-only ``perm`` kernel for the signed permutations where its tiling serves the
+shape, else ``-``; the ``MIX`` kernel for all),
 and prints the timing model's prediction (docs/kernel.md, "Timing model") beside the seed's three
 measured rows at ``[1, 24, 28800, 128]`` bf16 on a 910B: eager small ops, CANN's fused
 ``npu_rotary_mul`` and the original RoPE-Matrix operator. At the seed shape it also prints the
@@ -22,7 +23,8 @@ import torch
 from .precision import sections_for
 from .reference import mode_matrix
 
-__all__ = ["CALIBRATION", "MODES", "SEED_MEASURED_MS", "SEED_SHAPE", "calibration", "predict", "run"]
+__all__ = ["CALIBRATION", "D_MAX", "D_MIN", "MODES", "SEED_MEASURED_MS", "SEED_SHAPE", "calibration", "perm_problem",
+           "predict", "run"]
 
 SEED_SHAPE = (1, 24, 28800, 128)
 #: seed 002, bf16 [1, 24, 28800, 128] on a 910B: (eager small ops, npu_rotary_mul, original RoPE-Matrix)
@@ -41,6 +43,10 @@ MODES = {
     "interleave-1d": ("interleave", 1), "interleave-2d": ("interleave", 2), "interleave-3d": ("interleave", 3),
     "dense": (None, 1),
 }
+#: the head dims D the NPU kernels serve (the MIX kernel's tiling; the perm kernel's stops lower, e.g.
+#: at 4688 for bf16): D_MIN <= D <= D_MAX[x's dtype], tables of x's dtype (README, "Limits")
+D_MIN = 16
+D_MAX = {"bfloat16": 5216, "float16": 5216, "float32": 3920}
 #: (name, what the model runs, measured ms): the two calibration anchors of docs/kernel.md
 CALIBRATION = (
     ("original schedule (MIX, cube then vector, full workspace)", "original", 0.8),
@@ -102,14 +108,30 @@ def calibration(soc: str = "Ascend910B3", timing_params: dict[str, float] | None
     return rows
 
 
+def perm_problem(shape: Sequence[int], dtype: torch.dtype = torch.bfloat16, soc: str = "Ascend910B3") -> str | None:
+    """Why the vector-only (perm) kernel's tiling cannot serve a BNSD x of ``shape`` and ``dtype``
+    with ``[1, 1, S, D]`` tables of x's dtype (e.g. D above its UB limit, below the MIX kernel's),
+    or None when it can."""
+    from . import twin
+
+    b, n, s, d = shape
+    name = str(dtype).replace("torch.", "")
+    try:
+        twin.perm_tiling(b * n, s, 1, d, x_dtype=name, table_dtype=name, soc=soc)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def run(shape: Sequence[int], modes: Sequence[str], dtype: torch.dtype = torch.bfloat16, soc: str = "Ascend910B3",
         timing_params: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """Prints the predictions for every mode in ``modes`` and kernel (with the seed's figures and,
     at the seed shape in bf16, the calibration) and returns one row per (mode, kernel)."""
     rows = []
+    no_perm = perm_problem(shape, dtype, soc)  # the perm kernel's tiling refuses the shape: MIX only
     for mode in modes:
         for kernel in ("perm", "mix"):
-            if kernel == "perm" and MODES[mode][0] is None:
+            if kernel == "perm" and (MODES[mode][0] is None or no_perm):
                 continue
             t = predict(shape, mode, kernel, dtype=dtype, soc=soc, timing_params=timing_params)
             rows.append({"mode": mode, "kernel": kernel, "predicted_ms": t["predicted_us"] / 1000,
@@ -129,6 +151,8 @@ def run(shape: Sequence[int], modes: Sequence[str], dtype: torch.dtype = torch.b
             small, fused, original = SEED_MEASURED_MS[mode]
             line += f"  | {'':>19}{small:>9.2f}{fused:>15.2f}{original:>9.2f}"
         print(line.replace("nan", "  -"))
+    if no_perm and any(MODES[m][0] is not None for m in modes):
+        print(f"perm -: the vector-only kernel does not serve this shape ({no_perm}); the launcher runs MIX")
     if seed:
         print("calibration (seed shape, bf16):")
         half_1d = {r["kernel"]: r["predicted_ms"] for r in rows if r["mode"] == "half-1d"}
@@ -154,4 +178,25 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     a = ap.parse_args(argv)
     shape = _cli.parse_shape(ap, a.shape)
     modes = _cli.parse_modes(ap, a.modes, MODES)
+    if not modes:
+        ap.error(f"--modes: give at least one of {', '.join(MODES)}")
+    from . import twin
+
+    if a.soc not in twin.SOCS:
+        ap.error(f"--soc {a.soc!r} is not a SoC the twin knows; choose from {', '.join(twin.SOCS)}")
+    b, n, s, d = shape
+    d_max = D_MAX[a.dtype]
+    if not D_MIN <= d <= d_max:
+        limits = ", ".join(f"{k} {v}" for k, v in D_MAX.items())
+        ap.error(f"--shape {a.shape}: the NPU kernels serve {D_MIN} <= D <= {d_max} for --dtype {a.dtype} "
+                 f"(the largest D: {limits}), got D = {d}")
+    if d % 2:
+        for m in modes:
+            if MODES[m][0] is not None:
+                ap.error(f"--modes {m} needs an even D (its rotation turns pairs of elements), got D = {d} "
+                         f"from --shape {a.shape}; at this D choose from dense")
+    try:  # anything else the MIX kernel's tiling refuses for this shape, before the twin runs
+        twin.tiling(b * n, s, 1, d, x_dtype=a.dtype, table_dtype=a.dtype, soc=a.soc)
+    except ValueError as e:
+        ap.error(f"--shape {a.shape} (--dtype {a.dtype}, --soc {a.soc}): {e}")
     return run(shape, modes, getattr(torch, a.dtype), a.soc)

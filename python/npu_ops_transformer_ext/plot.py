@@ -95,8 +95,9 @@ def draw(path: str) -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m npu_ops_transformer_ext.plot --help``. Returns the exit status
-    (2 when matplotlib is missing; a CSV that is missing or not a bench CSV exits with 2 through
-    ``argparse``'s ``error``)."""
+    (2 when matplotlib is missing; a CSV that is missing or not a bench CSV, or an ``--out`` that
+    is a directory, has a format matplotlib does not write or a folder that cannot be created,
+    exits with 2 through ``argparse``'s ``error``)."""
     ap = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.plot",
         description=__doc__,
@@ -106,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-o", "--out", default="bench_results/rope_matrix_cpu.png",
                     help="image to write (the format follows the extension: png, svg, pdf)")
     a = ap.parse_args(argv)
+    _cli.check_output_path(ap, "--out", a.out, image=True)  # before reading or drawing anything
     try:
         read_csv(a.csv)  # a missing or unreadable file, or not a bench CSV: an option error (exit 2)
     except OSError as e:

@@ -484,11 +484,16 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
     ap.add_argument("--min-time", type=float, default=0.3,
                     help="seconds of rounds per cell, at least (more rounds for small sizes)")
     ap.add_argument("--csv", default="bench_results/sweep.csv", help="CSV file to write")
-    ap.add_argument("--plot", default="bench_results/sweep.png", help="'' for none")
+    ap.add_argument("--plot", default="bench_results/sweep.png",
+                    help="image to write (the format follows the extension: png, svg, pdf, ...); '' for none")
     ap.add_argument("--quiet", action="store_true", help="no per-cell lines")
     ap.add_argument("--summarize", nargs="+", metavar="CSV",
                     help="do not run: print the spread over these CSVs of earlier runs and plot them together")
     a = ap.parse_args(argv)
+    if a.plot:  # output paths before anything runs (the plot is written last)
+        _cli.check_output_path(ap, "--plot", a.plot, image=True)
+    if not a.summarize:
+        _cli.check_output_path(ap, "--csv", a.csv)
     if a.summarize:
         runs = []
         for path in a.summarize:
