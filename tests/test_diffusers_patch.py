@@ -223,6 +223,133 @@ def test_rope_matrix_enabled_undoes_only_what_it_patched():
     assert _procs(model) == orig | {names[0]: mine}
 
 
+def test_overlapping_blocks_restore_when_the_last_block_exits():
+    # Two blocks on one model that overlap without nesting: the first to exit must not unpatch
+    # what the other still runs with; the last to exit restores diffusers' processors.
+    model, _ = _tiny("flux")
+    orig = _procs(model)
+    first = dp.rope_matrix_enabled(model)
+    second = dp.rope_matrix_enabled(model)
+    first.__enter__()
+    patched = _procs(model)
+    second.__enter__()
+    assert _procs(model) == patched
+    first.__exit__(None, None, None)
+    assert dp.is_patched(model), "the first block to exit unpatched the second block's model"
+    assert _procs(model) == patched
+    second.__exit__(None, None, None)
+    assert not dp.is_patched(model) and _procs(model) == orig
+    # The same, with a processor patched before the blocks: it stays patched.
+    dp.patch_rope(model)
+    before = _procs(model)
+    first, second = dp.rope_matrix_enabled(model), dp.rope_matrix_enabled(model)
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    second.__exit__(None, None, None)
+    assert _procs(model) == before
+    dp.unpatch_rope(model)
+    assert _procs(model) == orig
+
+
+def test_nested_blocks_restore_when_the_outer_block_exits():
+    model, _ = _tiny("flux")
+    orig = _procs(model)
+    names = list(orig)
+    with dp.rope_matrix_enabled(model):
+        patched = _procs(model)
+        with dp.rope_matrix_enabled(model):
+            assert _procs(model) == patched
+        assert dp.is_patched(model) and _procs(model) == patched
+        # A processor set inside the outer block, patched by an inner one: restored by the inner.
+        mine = copy.copy(orig[names[0]])
+        model.set_attn_processor({names[0]: mine, **{n: patched[n] for n in names[1:]}})
+        with dp.rope_matrix_enabled(model):
+            assert dp.is_patched(model)
+        assert _procs(model)[names[0]] is mine
+        model.set_attn_processor({n: patched[n] for n in names})
+    assert not dp.is_patched(model) and _procs(model) == orig
+
+
+_FAMILY_MODULE = {
+    "flux": "diffusers.models.transformers.transformer_flux",
+    "hunyuan_video": "diffusers.models.transformers.transformer_hunyuan_video",
+    "qwen_image": "diffusers.models.transformers.transformer_qwenimage",
+    "wan": "diffusers.models.transformers.transformer_wan",
+}
+
+
+@pytest.mark.parametrize("family", ["flux", "hunyuan_video", "qwen_image", "wan"])
+def test_patched_model_sees_later_changes_to_diffusers_globals(family, monkeypatch):
+    # What attention-backend libraries do: rebind a name in diffusers' module after models exist.
+    # A patched model runs diffusers' code with only the rotation swapped, so it must see the new
+    # binding too, as must a model patched after the rebinding.
+    import importlib
+
+    tmod = importlib.import_module(_FAMILY_MODULE[family])
+    torch.manual_seed(0)
+    patched_before, kw = _tiny(family)
+    dp.patch_rope(patched_before)
+    plain = copy.deepcopy(patched_before)
+    dp.unpatch_rope(plain)
+    hits = []
+    orig = tmod.dispatch_attention_fn
+
+    def counting(*args, **kwargs):
+        hits.append(1)
+        return orig(*args, **kwargs)
+
+    monkeypatch.setattr(tmod, "dispatch_attention_fn", counting)
+    patched_after = dp.patch_rope(copy.deepcopy(plain))
+    calls = _count_calls(monkeypatch)
+    try:
+        for model, what in [
+            (plain, "the unpatched model"),
+            (patched_before, "a model patched before the rebinding"),
+            (patched_after, "a model patched after the rebinding"),
+        ]:
+            hits.clear()
+            _run(model, kw)
+            assert hits, f"{what} did not call the rebound diffusers function"
+        assert calls, "the patched models did not call rope_matrix"
+    finally:
+        dp.unpatch_rope(patched_before)
+        dp.unpatch_rope(patched_after)
+
+
+@pytest.mark.parametrize("graph_break", [False, True])
+def test_compiled_patched_model_sees_later_changes_to_diffusers_globals(graph_break, monkeypatch):
+    # Under torch.compile too, including when the rebound function breaks the graph inside the
+    # patched __call__ (which dynamo then compiles as a frame of its own).
+    import diffusers.models.transformers.transformer_flux as tf
+
+    torch.manual_seed(0)
+    model, kw = _tiny("flux")
+    plain = copy.deepcopy(model)
+    backend = CountingBackend()
+    compiled = dp.patch_rope(torch.compile(model, backend=backend))
+    want = _run(plain, kw)
+    torch.testing.assert_close(_run(compiled, kw), want, rtol=1e-5, atol=1e-5)
+    runs = backend.rope_runs
+    assert runs
+    orig = tf.dispatch_attention_fn
+
+    def doubled(*args, **kwargs):
+        if graph_break:
+            torch._dynamo.graph_break()
+        return orig(*args, **kwargs) * 2
+
+    monkeypatch.setattr(tf, "dispatch_attention_fn", doubled)
+    want2 = _run(plain, kw)
+    assert not torch.allclose(want2, want)
+    for _ in range(2):
+        torch.testing.assert_close(_run(compiled, kw), want2, rtol=1e-5, atol=1e-5)
+    assert backend.rope_runs > runs, "the compiled model no longer runs rope_matrix"
+    monkeypatch.setattr(tf, "dispatch_attention_fn", orig)
+    torch.testing.assert_close(_run(compiled, kw), want, rtol=1e-5, atol=1e-5)
+    dp.unpatch_rope(compiled)
+
+
 def test_unsupported_model_and_custom_processors_raise():
     with pytest.raises(TypeError, match="unsupported model Linear"):
         dp.patch_rope(torch.nn.Linear(2, 2))

@@ -27,10 +27,15 @@ to the processor it replaced, which ``unpatch_rope`` puts back):
   processor defines inside ``__call__`` -> ``rope_matrix`` in interleave mode on the same tables.
 
 Nothing module-level of diffusers is replaced: other models in the process, patched or not, of
-the same family or another, keep diffusers' code. The one process-wide trace is an extra attribute
-``diffusers.models.embeddings._npu_ops_rope_apply_rotary_emb`` (a name no diffusers code uses),
-from which the patched HunyuanVideo processors import the replacement. Parameters, buffers and
-``state_dict`` are unchanged.
+the same family or another, keep diffusers' code. The patched ``__call__`` runs with the globals
+of the diffusers module that defines it, so every other name it uses (``dispatch_attention_fn``,
+...) is looked up there at call time, as diffusers' ``__call__`` does: rebinding a module-level
+name of diffusers (what attention-backend libraries do) reaches patched models too, before or
+after patching, compiled or not. The process-wide traces are extra attributes whose names no
+diffusers code uses: ``_npu_ops_rope_apply_rotary_emb`` on ``diffusers.models.embeddings``
+(HunyuanVideo's processors import it) and on FLUX's transformer module,
+``_npu_ops_rope_apply_rotary_emb_qwen`` on Qwen-Image's, ``_npu_ops_rope_models`` on the module
+of the Wan processor. Parameters, buffers and ``state_dict`` are unchanged.
 
 **Processors set after patching.** The state is the processors themselves, not a flag on the
 model. After ``model.set_attn_processor(...)`` (what loading a LoRA or an IP-Adapter may do),
@@ -46,6 +51,10 @@ has compiled anything in the process, ``patch_rope`` and ``unpatch_rope`` drop t
 restored) code. The compiled-code guards alone would not notice the new processors. The cost:
 *every* compiled model in the process recompiles on its next call; patch before compiling to
 avoid it.
+
+**rope_matrix_enabled blocks** on one model may nest or overlap: each block holds the processors
+it patched and those other active blocks patched; a processor is restored when the last block
+holding it exits.
 """
 
 from __future__ import annotations
@@ -86,6 +95,9 @@ _TARGET = {
 }
 _patched_classes: dict = {}  # (processor class, family) -> patched subclass, or None
 _ours: set = set()  # the patched subclasses
+# (id(module), id(processor)) -> [module, patched processor, number of active
+# rope_matrix_enabled blocks holding it]: what a block patched, until the last block holding it ends
+_block_holds: dict = {}
 
 
 def _wan_rotate(hidden_states, freqs_cos, freqs_sin):
@@ -120,24 +132,18 @@ def _family(transformer: nn.Module) -> str:
     )
 
 
-def _globals_copy(glb: dict, family: str) -> dict:
-    """A copy of a diffusers module's globals, as the ``__dict__`` of a module registered under a
-    name of this package (torch.compile guards find a function's globals through its module)."""
-    name = f"{__name__}._patched.{family}.{glb['__name__']}"
-    mod = sys.modules.get(name)
-    if mod is None:
-        mod = types.ModuleType(name)
-        mod.__dict__.update(glb)
-        mod.__dict__["__name__"] = name  # __package__ stays diffusers': relative imports resolve
-        sys.modules[name] = mod
-    return mod.__dict__
+def _add_global(glb: dict, name: str, value: Any) -> None:
+    """Adds ``name`` (one of this package's, which no diffusers code uses) to a diffusers module's
+    globals ``glb``. The patched ``__call__`` runs with that module's own globals, so every other
+    name it uses is looked up there at call time, as in diffusers' ``__call__``."""
+    glb[name] = value
 
 
 def _rewritten_call(fn: types.FunctionType, family: str) -> types.FunctionType | None:
     """``fn`` (a processor's ``__call__``) with its rotation swapped, or None when it has none."""
     code = fn.__code__
     name = _TARGET[family]
-    glb = _globals_copy(fn.__globals__, family)  # diffusers' own module stays untouched
+    glb = fn.__globals__  # diffusers' module globals, live; only a name of ours is added
     if family == "wan":
         consts = list(code.co_consts)
         hits = [
@@ -151,17 +157,18 @@ def _rewritten_call(fn: types.FunctionType, family: str) -> types.FunctionType |
             consts[i] = _wan_rotate.__code__.replace(
                 co_name=consts[i].co_name, co_firstlineno=consts[i].co_firstlineno
             )
-        glb[_PREFIX + "models"] = models
+        _add_global(glb, _PREFIX + "models", models)
         new_code = code.replace(co_consts=tuple(consts))
     else:
         if name not in code.co_names:
             return None
         new_name = _PREFIX + name
-        # Global loads (FLUX, Qwen-Image) find the new name in the copied globals; the call-time
+        # Global loads (FLUX, Qwen-Image) find the new name in the module's globals; the call-time
         # ``from ..embeddings import apply_rotary_emb`` (HunyuanVideo) imports the new name.
         names = tuple(new_name if n == name else n for n in code.co_names)
         new_code = code.replace(co_names=names)
-        glb[new_name] = _replacement(family)
+        if family != "hunyuan_video" or name in glb:
+            _add_global(glb, new_name, _replacement(family))
         if family == "hunyuan_video":
             emb = importlib.import_module("diffusers.models.embeddings")
             setattr(emb, new_name, _replacement(family))
@@ -322,10 +329,25 @@ def unpatch_rope(transformer: M) -> M:
 @contextlib.contextmanager
 def rope_matrix_enabled(transformer: M) -> Iterator[M]:
     """``with rope_matrix_enabled(model): ...`` patches for the block and afterwards restores the
-    processors it patched (processors patched before the block stay patched; a processor set
-    during the block stays)."""
-    done = _patch(_unwrap(transformer))
+    processors the blocks patched (processors patched before any block stay patched; a processor
+    set during the block stays). Blocks on one model may nest or overlap: a processor a block
+    patched is restored when the last active block that found it patched exits."""
+    model = _unwrap(transformer)
+    done = _patch(model)
+    # This block holds what it patched and the processors other active blocks patched.
+    held = done + [(m, p) for m, p in _processors(model) if (id(m), id(p)) in _block_holds]
+    for module, proc in held:
+        entry = _block_holds.setdefault((id(module), id(proc)), [module, proc, 0])
+        entry[2] += 1
     try:
         yield transformer
     finally:
-        _restore(done)
+        last = []
+        for module, proc in held:
+            key = (id(module), id(proc))
+            entry = _block_holds[key]
+            entry[2] -= 1
+            if entry[2] == 0:
+                del _block_holds[key]
+                last.append((module, proc))
+        _restore(last)
