@@ -232,3 +232,12 @@ def test_csv_path_that_cannot_be_written_is_refused_up_front(tmp_path, capsys):
         assert "rope_matrix benchmark" not in captured.out
     bench.main([*args, "--csv", str(tmp_path / "new" / "sub" / "b.csv")])  # a folder still to create is fine
     assert (tmp_path / "new" / "sub" / "b.csv").exists()
+    # a folder the permission bits allow but the file system does not (/proc takes no new folders,
+    # not even from root): still exit 2 before the run (was: the run, then an OSError from makedirs)
+    if os.path.isdir("/proc/self"):
+        with pytest.raises(SystemExit) as e:
+            bench.main([*args, "--csv", "/proc/npu_ops_no_such_folder/b.csv"])
+        assert e.value.code == 2
+        captured = capsys.readouterr()
+        assert "--csv /proc/npu_ops_no_such_folder/b.csv: cannot create its folder" in " ".join(captured.err.split())
+        assert "rope_matrix benchmark" not in captured.out

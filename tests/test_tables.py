@@ -665,3 +665,16 @@ def test_helpers_name_the_bad_argument():
         models.wan_rope_apply(torch.zeros(1, 4, 2, 8), [[1, 2, 2]], freqs, sp_rank=2, sp_size=2)
     with pytest.raises(TypeError, match="freqs_cis must be a .cos, sin. pair .* got NoneType"):
         models.hunyuan_apply_rotary_emb(torch.zeros(1, 4, 2, 8), None, None)
+
+
+def test_scaling_that_is_not_a_mapping_is_refused_everywhere():
+    """rope_1d, rope_mrope and RotaryEmbedding refuse a scaling that is not a mapping with the
+    reason (RotaryEmbedding at construction, not at its first call); an unknown type too."""
+    with pytest.raises(TypeError, match="scaling must be None or a mapping"):
+        tables.rope_1d(8, 16, scaling=4.0)
+    with pytest.raises(TypeError, match="scaling must be None or a mapping"):
+        tables.rope_mrope(torch.zeros(3, 4), 16, [2, 3, 3], scaling=2.0)
+    with pytest.raises(TypeError, match="scaling must be None or a mapping"):
+        tables.RotaryEmbedding(16, layout="BSND", scaling=2.0)
+    with pytest.raises(ValueError, match="unknown scaling type 'ntk-by-parts'"):
+        tables.RotaryEmbedding(16, layout="BSND", scaling={"type": "ntk-by-parts", "factor": 2.0})

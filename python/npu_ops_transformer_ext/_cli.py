@@ -88,8 +88,9 @@ def image_formats() -> list[str]:
 def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image: bool = False) -> None:
     """``ap.error`` naming ``option`` unless ``path`` can be written, checked before a run: it is
     not an existing directory, and its folder exists or can be created (the nearest existing
-    ancestor is a writable directory; nothing is created here). ``image``: its extension must also
-    be a format matplotlib's ``savefig`` writes (none: matplotlib's default, PNG)."""
+    ancestor is a writable directory, and the folder is created here, before the run).
+    ``image``: its extension must also be a format matplotlib's ``savefig`` writes (none:
+    matplotlib's default, PNG)."""
     if not path:
         ap.error(f"{option}: give a file name")
     if os.path.isdir(path):
@@ -109,6 +110,10 @@ def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image
     if not os.access(existing, os.W_OK | os.X_OK):
         verb = "write into" if existing == folder else "create its folder in"
         ap.error(f"{option} {path}: cannot {verb} {existing} (no write permission)")
+    try:  # what the permission bits do not tell (read-only or virtual file systems, ...)
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        ap.error(f"{option} {path}: cannot create its folder {folder}: {e.strerror or e}")
 
 
 def add_progress_option(ap: argparse.ArgumentParser) -> None:

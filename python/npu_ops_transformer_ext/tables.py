@@ -101,6 +101,11 @@ _KINDS = ("default", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
 
 
 def _kind(scaling: Mapping | None) -> str:
+    if scaling is not None and not isinstance(scaling, Mapping):
+        raise TypeError(
+            f"scaling must be None or a mapping such as {{'rope_type': 'linear', 'factor': 2.0}} (HF's "
+            f"rope_scaling), got {type(scaling).__name__} {scaling!r}"
+        )
     return "default" if scaling is None else _get(scaling, "rope_type", "type", default="default")
 
 
@@ -619,6 +624,9 @@ class RotaryEmbedding(torch.nn.Module):
                 f"BSND for q [B, S, N, D]), got {layout!r}"
             )
         self.head_dim, self.rotary_dim, self.theta, self.mode = head_dim, rotary_dim, theta, mode
+        kind = _kind(scaling)  # a bad scaling is refused here, not at the first call
+        if kind not in _KINDS:
+            raise ValueError(f"RotaryEmbedding: unknown scaling type {kind!r}; expected one of {', '.join(_KINDS)}")
         self.scaling, self.layout = scaling, layout
         self.freqs_dtype, self.table_dtype = freqs_dtype, table_dtype
         # (device, dtype, regime) -> (tables [L, D] for positions 0 .. L-1, cos and sin viewed for
