@@ -152,14 +152,9 @@ def rope_inv_freq(
     """
     if dim <= 0 or dim % 2:
         raise ValueError(f"rope_inv_freq: dim must be a positive even number, got {dim}")
-    if scaling is not None and not isinstance(scaling, Mapping):
-        raise TypeError(
-            f"rope_inv_freq: scaling must be None or a mapping such as {{'rope_type': 'linear', "
-            f"'factor': 2.0}} (HF's rope_scaling), got {type(scaling).__name__} {scaling!r}"
-        )
+    kind = _kind(scaling)  # refuses a scaling that is not a mapping
     idx = torch.arange(0, dim, 2, dtype=dtype)
     attn = 1.0
-    kind = _kind(scaling)
     if kind not in _KINDS:
         raise ValueError(
             f"rope_inv_freq: unknown scaling type {kind!r}; expected one of {', '.join(_KINDS)}"

@@ -61,20 +61,21 @@ DEFAULT_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 _MATS: dict = {}
 
 
-def _half_matrix(d: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    key = (d, dtype, device)
-    m = _MATS.get(key)
-    if m is None:
-        m = _MATS[key] = get_half_matrix(d, dtype=dtype, device=device)
-    return m
+def _cached_matrix(build):
+    """``build(d, dtype=, device=)`` made once per (builder, d, dtype, device)."""
+
+    def matrix(d: int, dtype: torch.dtype, device: torch.device) -> Tensor:
+        key = (build, d, dtype, device)
+        m = _MATS.get(key)
+        if m is None:
+            m = _MATS[key] = build(d, dtype=dtype, device=device)
+        return m
+
+    return matrix
 
 
-def _interleave_matrix(d: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    key = ("interleave", d, dtype, device)
-    m = _MATS.get(key)
-    if m is None:
-        m = _MATS[key] = get_interleave_matrix(d, dtype=dtype, device=device)
-    return m
+_half_matrix = _cached_matrix(get_half_matrix)
+_interleave_matrix = _cached_matrix(get_interleave_matrix)
 
 
 def apply_rotary_pos_emb(
