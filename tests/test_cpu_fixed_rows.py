@@ -1,4 +1,4 @@
-"""The CPU kernel's fixed rows (cpu_kernel/fixed_perms.h, rows_avx512_impl.h): x whose rotate matrix
+"""The CPU kernel's fixed rows (cpu_kernel/fixed_perms.h, rows_avx512_chunks.h, rows_avx512_pairs.h): x whose rotate matrix
 is rotate_half within the sections of one of the D = 128 splits compiled in (any signs) takes rows
 whose permutes are constants (bf16 x with a pair plan in the pair rows' layout: "fixed-pairs");
 bit-exact on special values, every batch shape and table dtype, in place and streamed, rounding

@@ -1,5 +1,5 @@
 """The CPU kernel's bf16 (and fp16 3D) pair rows and head-interleaved batches (cpu_kernel/pair_plan.cpp,
-rows_avx512_impl.h, rope_matrix_cpu.cpp): which rotate matrices take them, bit-exactness on every
+rows_avx512_pairs.h, rope_matrix_cpu.cpp): which rotate matrices take them, bit-exactness on every
 kind of pair group, rounding edge cases on both rounding paths, in place, and batch edge cases."""
 import pytest
 import torch

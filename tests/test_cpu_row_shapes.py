@@ -1,4 +1,4 @@
-"""The CPU kernel's specialised AVX-512 rows (cpu_kernel/rows_avx512_impl.h): the half rotation
+"""The CPU kernel's specialised AVX-512 rows (cpu_kernel/rows_avx512_chunks.h): the half rotation
 (each chunk loaded once, serving as its partner's partner), a table row held in registers, any
 permutation of a row of up to 8 chunks held in registers (3D modes, random permutations),
 for every dtype, D and mode that takes them, on cached and on streamed (>= 16 MiB, non-temporal)
