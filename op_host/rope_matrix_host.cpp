@@ -45,7 +45,9 @@ PreparedCall prepare_call(const char* op, const at::Tensor& x, const at::Tensor&
   at::Tensor yk = y;
   if (y.scalar_type() != xt) {
     yk = y.to(xt);
-    TORCH_CHECK_VALUE(at::equal(yk.to(y.scalar_type()), y), op, " (NPU): mat has dtype ",
+    // NaN converts to NaN (not equal to itself): the shared validator's rule, which exempts it.
+    const bool exact = yk.to(y.scalar_type()).eq(y).logical_or(y.isnan()).all().item<bool>();
+    TORCH_CHECK_VALUE(exact, op, " (NPU): mat has dtype ",
                       npu_ops_transformer_ext::dtype_name(y.scalar_type()),
                       " with values not exactly representable in ", npu_ops_transformer_ext::dtype_name(xt),
                       " (x.dtype; the cube multiplies in x's dtype); pass mat.to(x.dtype) to round them");
@@ -55,20 +57,22 @@ PreparedCall prepare_call(const char* op, const at::Tensor& x, const at::Tensor&
   const int64_t ks = table_s_dim(op, "sin", sin, x);
   const int64_t kc = table_s_dim(op, "cos", cos, x);
   auto along = [](int64_t k) { return k < 0 ? std::string("no dim") : "dim " + std::to_string(k); };
-  TORCH_CHECK_VALUE(ks == kc, op, " (NPU): sin ", shape_str(sin.sizes()), " varies along ", along(ks), " and cos ",
-                    shape_str(cos.sizes()), " along ", along(kc), " of x ", shape_str(x.sizes()),
-                    "; the NPU kernels need both along the same dim: give both the same shape");
+  // A table constant over every row goes with the other's dim (expanded to [S, D] below).
+  TORCH_CHECK_VALUE(ks == kc || ks < 0 || kc < 0, op, " (NPU): sin ", shape_str(sin.sizes()), " varies along ",
+                    along(ks), " and cos ", shape_str(cos.sizes()), " along ", along(kc), " of x ",
+                    shape_str(x.sizes()), "; the NPU kernels need both along the same dim of x: give both the same shape");
+  const int64_t k_s = ks < 0 ? kc : ks;
   Problem& p = c.problem;
   p.d = static_cast<uint64_t>(D);
-  if (ks < 0) {  // one table row for every x row
+  if (k_s < 0) {  // one table row for every x row
     p.s = 1;
     p.inner = 1;
     p.outer = static_cast<uint64_t>(x.numel() / std::max<int64_t>(D, 1));
   } else {
-    p.s = static_cast<uint64_t>(x.size(ks));
+    p.s = static_cast<uint64_t>(x.size(k_s));
     uint64_t outer = 1, inner = 1;
-    for (int64_t i = 0; i < ks; ++i) outer *= static_cast<uint64_t>(x.size(i));
-    for (int64_t i = ks + 1; i + 1 < x.dim(); ++i) inner *= static_cast<uint64_t>(x.size(i));
+    for (int64_t i = 0; i < k_s; ++i) outer *= static_cast<uint64_t>(x.size(i));
+    for (int64_t i = k_s + 1; i + 1 < x.dim(); ++i) inner *= static_cast<uint64_t>(x.size(i));
     p.outer = outer;
     p.inner = inner;
   }

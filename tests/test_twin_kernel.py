@@ -281,6 +281,38 @@ def test_twin_float_y_exact_and_mixed_table_dtypes(kernel):
     torch.testing.assert_close(out, rope_matrix_reference(x, y, sin, cos), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("kernel", ["perm", "mix"])
+def test_twin_one_table_constant_the_other_along_s(kernel):
+    # A table constant over every row ([D]) with the other along S ([S, D]): each form the launcher
+    # takes alone, so the pair too (the constant one expanded), on both kernels, in either role.
+    x, y, sin, cos = _inputs("bnsd", 3, 41, "d128", "bf16", "x", "half", 0)
+    for s_, c_ in ((sin, cos[5]), (sin[7], cos)):
+        out, rep = twin.run(x, y, s_, c_, kernel=kernel)
+        assert rep["kernel_kind"] == kernel
+        want = torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, s_, c_)
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        torch.testing.assert_close(out, rope_matrix_reference(x, y, s_, c_), rtol=0, atol=0)
+
+
+def test_twin_float_y_with_nan_is_taken_as_the_cpu_takes_it():
+    # x.dtype holds NaN exactly, so a float32 mat with a NaN entry passes the launcher's exactness
+    # check as it passes the shared validator's; the MIX kernel's column of that entry is NaN.
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(1, 2, 9, 64, generator=g).to(torch.bfloat16)
+    y = (torch.randn(64, 64, generator=g) / 8).to(torch.bfloat16).float()
+    y[3, 5] = float("nan")
+    sin = torch.randn(9, 64, generator=g).to(torch.bfloat16)
+    cos = torch.randn(9, 64, generator=g).to(torch.bfloat16)
+    out, rep = twin.run(x, y, sin, cos)
+    assert rep["kernel_kind"] == "mix"
+    assert out[..., 5].isnan().all() and not out[..., :5].isnan().any() and not out[..., 6:].isnan().any()
+    same, _ = twin.run(x, y.to(torch.bfloat16), sin, cos)
+    torch.testing.assert_close(out, same, rtol=0, atol=0, equal_nan=True)
+    torch.testing.assert_close(
+        out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos), rtol=1.6e-2, atol=2e-2, equal_nan=True
+    )
+
+
 @pytest.mark.parametrize(
     "layout,bn,s,d,slot_bytes,expect",
     [
