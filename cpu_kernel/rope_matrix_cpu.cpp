@@ -19,6 +19,11 @@
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+#include <xmmintrin.h>
+#define NPU_OPS_HAVE_MXCSR 1
+#endif
+
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -68,6 +73,35 @@ constexpr int64_t kItemsPerThread = 2;
 // [1, 24, 1024, 128], one thread: 24 heads 8.7 ns a row, 4 heads 6.8, 2 heads 6.3, 24 heads with
 // the head stride padded by 320 bytes 5.9.)
 constexpr int64_t kHeadsPerBatch = 4;
+
+#ifdef NPU_OPS_HAVE_MXCSR
+// torch.set_flush_denormal sets FTZ and DAZ in the calling thread's MXCSR only; a worker thread of
+// at::parallel_for keeps whatever it had when it was created. So that a call flushes subnormals
+// exactly when its calling thread does, whichever threads compute its rows, each work range runs
+// with the caller's two bits and gives the worker its own back afterwards.
+constexpr unsigned kFtzDaz = 0x8040u;
+class DenormalModeOf {
+ public:
+  explicit DenormalModeOf(unsigned caller_bits) : saved_(_mm_getcsr()) {
+    if ((saved_ & kFtzDaz) != caller_bits) _mm_setcsr((saved_ & ~kFtzDaz) | caller_bits);
+  }
+  ~DenormalModeOf() {
+    if (_mm_getcsr() != saved_) _mm_setcsr(saved_);
+  }
+  DenormalModeOf(const DenormalModeOf&) = delete;
+  DenormalModeOf& operator=(const DenormalModeOf&) = delete;
+  static unsigned caller_bits() { return _mm_getcsr() & kFtzDaz; }
+
+ private:
+  unsigned saved_;
+};
+#else
+// Elsewhere torch.set_flush_denormal changes nothing (it returns False), so neither does the kernel.
+struct DenormalModeOf {
+  explicit DenormalModeOf(unsigned) {}
+  static unsigned caller_bits() { return 0; }
+};
+#endif
 constexpr int64_t kHeadsPerBatch16 = 2;
 constexpr int64_t kMaxHeadsPerBatch = 64;
 // fp32 x whose output is streamed takes two heads a batch, not four, where a head's rows span up to
@@ -263,7 +297,9 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
 
   // A small call runs on the calling thread: waking the others costs more than they save.
   const int64_t items = nblocks * nslices;
+  const unsigned denormal_bits = DenormalModeOf::caller_bits();
   at::parallel_for(0, items, parallel ? 1 : items, [&](int64_t begin, int64_t end) {
+    const DenormalModeOf denormal_mode(denormal_bits);
     const int64_t scratch_len = kScratchRows * (Dp + kLanes) * static_cast<int64_t>(sizeof(double));
     const int64_t tab_len = 2 * R * Dp;
     Workspace& ws = thread_workspace();

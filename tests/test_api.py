@@ -164,6 +164,8 @@ BAD = [
     pytest.param((torch.randn(D).bfloat16(), _y, _t, _t), ValueError, r"x must have rank >= 2 .*got \[128\]", id="x-rank1"),
     pytest.param((_x.int(), _y, _t, _t), TypeError, r"x must have dtype torch.bfloat16, torch.float16, torch.float32 or torch.float64, got torch.int32; pass x.float\(\)", id="x-int"),
     pytest.param((_x, torch.zeros(64, 64).bfloat16(), _t, _t), ValueError, r"mat must be \[D, D\] with D = x.size\(-1\) = 128, got \[64, 64\]; build it for D, e.g. get_half_matrix\(128\)", id="mat-shape"),
+    pytest.param((torch.randn(3, 7), torch.eye(8), torch.ones(7), torch.ones(7)), ValueError, r"mat must be \[D, D\] with D = x.size\(-1\) = 7, got \[8, 8\]; pass a \[7, 7\] mat \(the mode builders need an even D > 0\)", id="mat-shape-odd-D"),
+    pytest.param((torch.randn(3, 0), torch.eye(8), torch.ones(0), torch.ones(0)), ValueError, r"D = x.size\(-1\) = 0, got \[8, 8\]; pass a \[0, 0\] mat", id="mat-shape-D0"),
     pytest.param((_x, torch.zeros(D, D, D).bfloat16(), _t, _t), ValueError, r"mat must be \[D, D\].*got \[128, 128, 128\]", id="mat-rank"),
     pytest.param((_x, torch.ones(D, D, dtype=torch.complex64), _t, _t), TypeError, r"mat must have dtype torch.bfloat16 \(x.dtype\) or torch.float32 \(or another floating or integer dtype whose entries x.dtype holds exactly\), got torch.complex64; pass mat.to\(x.dtype\)", id="mat-dtype"),
     pytest.param((_x.float(), torch.ones(D, D, dtype=torch.complex64), _t.float(), _t.float()), TypeError, r"mat must have dtype torch.float32 \(x.dtype\) \(or another .*, got torch.complex64; pass mat.to\(x.dtype\)", id="mat-dtype-fp32-x"),
@@ -187,6 +189,19 @@ def test_messages_use_python_names():
             assert c10_name not in text, text
     with pytest.raises(TypeError, match=r"q and k must have the same dtype, got torch.float32 and torch.float64; pass k.to\(q.dtype\)"):
         ext.rope_matrix_qk(torch.randn(9, 64), torch.randn(9, 64).double(), torch.eye(64), torch.ones(64), torch.ones(64))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_qk_dtype_mismatch_is_named_before_mat_exactness(compiled):
+    # A float16 mat that q's float32 holds and k's bfloat16 does not: the call is refused for the
+    # dtypes (what the caller must change), in eager and while tracing alike, not for mat.
+    mat = torch.eye(64, dtype=torch.float16) * 1.0009765625  # 1 + 2**-10: not a bfloat16
+    q, k = torch.randn(9, 64), torch.randn(9, 64).bfloat16()
+    f = torch.compile(ext.rope_matrix_qk, fullgraph=True) if compiled else ext.rope_matrix_qk
+    if compiled:
+        torch._dynamo.reset()
+    with pytest.raises(Exception, match=r"q and k must have the same dtype, got torch.float32 and torch.bfloat16"):
+        f(q, k, mat, torch.ones(64), torch.ones(64))
 
 
 def test_keyword_names_of_the_registered_ops():

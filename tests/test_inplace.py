@@ -319,6 +319,28 @@ def test_fake_kernel_refuses_like_eager():
         ops.rope_matrix_(q, fm, fs, fc)  # a packed view is fine
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compiled_inplace_refuses_expanded_x_with_the_ops_message(dynamic):
+    # Under dynamic shapes the sizes are symbolic, but a symbolic size is >= 2, so an expanded dim
+    # (stride 0) still tells the fake kernel that x overlaps itself: the op's message, not torch's
+    # copy-back error from the compiled graph.
+    mat = get_half_matrix(8)
+    sin, cos = _tables(6, 8)
+
+    def f(x):
+        ops.rope_matrix_(x, mat, sin, cos)
+        return x
+
+    torch._dynamo.reset()
+    g = torch.compile(f, fullgraph=True, dynamic=dynamic)
+    x = torch.randn(1, 2, 6, 8).expand(3, 2, 6, 8)
+    with pytest.raises(Exception, match="rope_matrix_: x overlaps itself"):
+        g(x)
+    ok = torch.randn(3, 2, 6, 8)
+    want = ops.rope_matrix(ok, mat, sin, cos)
+    assert torch.equal(g(ok), want)
+
+
 def test_inference_tensor_outside_inference_mode_is_refused_untouched():
     # As torch's own in-place ops: an inference tensor has no version counter to bump.
     sin, cos = _tables(8, 64)

@@ -363,3 +363,41 @@ def test_dense_subnormals_not_flushed(dt):
         except AssertionError as e:
             failed.append((isa, str(e)))
     assert not failed, failed
+
+
+_FLUSH_SCRIPT = r"""
+import sys
+import torch
+import npu_ops_transformer_ext as ext
+pool_flush, call_flush = sys.argv[1] == "1", sys.argv[2] == "1"
+torch.set_num_threads(2)
+torch.set_flush_denormal(pool_flush)
+a = torch.randn(4_000_000)
+(a * a).sum()  # the worker thread starts here, with the calling thread's setting of now
+# rope_matrix itself starting the pool: the same
+ext.rope_matrix(torch.randn(2, 8, 1000, 128), ext.get_half_matrix(128), torch.zeros(1000, 128), torch.ones(1000, 128))
+torch.set_flush_denormal(call_flush)  # the calling thread's setting only
+# fp32 subnormal (about 1e-39; made from its bits, which no FTZ setting changes), 8 MB: the call
+# runs on both threads
+x = torch.full((2, 8, 1000, 128), 0x000AE398, dtype=torch.int32).view(torch.float32)
+for mat in (ext.get_half_matrix(128), torch.eye(128) * 0.5):
+    out = ext.rope_matrix(x, mat, torch.zeros(1000, 128), torch.ones(1000, 128))
+    bits = out.view(torch.int32)  # counted on the bits: a float compare would follow the threads' DAZ
+    print(int((bits == 0).sum()), int(bits.eq(x.view(torch.int32)).sum()))
+"""
+
+
+@pytest.mark.parametrize("pool_flush,call_flush", [(True, False), (False, True), (False, False), (True, True)])
+def test_flush_denormal_follows_the_calling_thread(pool_flush, call_flush):
+    # torch.set_flush_denormal sets the calling thread's FTZ/DAZ; worker threads keep theirs from
+    # when they started. The kernel computes every row as the calling thread's setting says: with
+    # cos = 1, sin = 0, a subnormal x gives x (not flushed) or +0 (flushed) in every element.
+    from fresh_python import fresh_env, run_python
+
+    if not torch.set_flush_denormal(False):
+        pytest.skip("torch.set_flush_denormal is not supported on this CPU")
+    out = run_python(_FLUSH_SCRIPT, str(int(pool_flush)), str(int(call_flush)), env=fresh_env())
+    n = 2 * 8 * 1000 * 128
+    for line in out.split("\n")[:2]:
+        zeros, same = map(int, line.split())
+        assert (zeros, same) == ((n, 0) if call_flush else (0, n)), (pool_flush, call_flush, line)

@@ -74,6 +74,12 @@ std::string x_dtype_or_float(at::ScalarType x_dtype, const char* x_name) {
   return x_dtype == at::kFloat ? s : s + " or torch.float32";
 }
 
+// What to pass for a [D, D] mat: a builder where one exists (they take an even D > 0).
+std::string mat_for_d_hint(int64_t D) {
+  if (D > 0 && D % 2 == 0) return "build it for D, e.g. get_half_matrix(" + std::to_string(D) + ")";
+  return "pass a [" + std::to_string(D) + ", " + std::to_string(D) + "] mat (the mode builders need an even D > 0)";
+}
+
 void check_table(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x,
                  const char* x_name) {
   const int64_t D = x.size(-1);
@@ -125,7 +131,7 @@ RopeOperands check_rope_matrix_inputs(const char* op, const at::Tensor& x, const
   const int64_t D = x.size(-1);
   TORCH_CHECK_VALUE(mat.dim() == 2 && mat.size(0) == D && mat.size(1) == D, op,
                     ": mat must be [D, D] with D = ", x_name, ".size(-1) = ", D, ", got ",
-                    shape_str(mat.sizes()), "; build it for D, e.g. get_half_matrix(", D, ")");
+                    shape_str(mat.sizes()), "; ", mat_for_d_hint(D));
   const at::ScalarType mt = mat.scalar_type();
   TORCH_CHECK_TYPE(mt == x.scalar_type() || mt == at::kFloat || at::isFloatingType(mt) ||
                        at::isIntegralType(mt, /*includeBool=*/false),
@@ -168,10 +174,12 @@ RopeOperands check_rope_matrix_qk_inputs(const char* op, const at::Tensor& q, co
   TORCH_CHECK_VALUE(!k.defined() || k.dim() < kMinXRank || k.size(-1) == q.size(-1), op,
                     ": q and k must have the same last dim D, got q ", shape_str(q.sizes()), " and k ",
                     shape_str(k.sizes()));
-  check_rope_matrix_inputs(op, k, mat, sin, cos, "k");
-  TORCH_CHECK_TYPE(q.scalar_type() == k.scalar_type(), op, ": q and k must have the same dtype, got ",
+  // Before k's own checks: mat's exactness is checked against k.dtype there, and a k of another
+  // dtype than q would be refused for a mat that q.dtype holds (with advice that cannot help).
+  TORCH_CHECK_TYPE(!k.defined() || q.scalar_type() == k.scalar_type(), op, ": q and k must have the same dtype, got ",
                    dtype_name(q.scalar_type()), " and ", dtype_name(k.scalar_type()),
                    "; pass k.to(q.dtype)");
+  check_rope_matrix_inputs(op, k, mat, sin, cos, "k");
   return r;
 }
 

@@ -141,7 +141,8 @@ def check_inputs(
     torch._check_value(
         mat.dim() == 2 and mat.shape[0] == d and mat.shape[1] == d,
         lambda: f"{op}: mat must be [D, D] with D = {x_name}.size(-1) = {d}, got {list(mat.shape)}; "
-        f"build it for D, e.g. get_half_matrix({d})",
+        + (f"build it for D, e.g. get_half_matrix({d})" if d > 0 and d % 2 == 0
+           else f"pass a [{d}, {d}] mat (the mode builders need an even D > 0)"),
     )
     # Another floating or integer dtype is taken when x.dtype holds every entry exactly: the backends
     # check that on the values (a fake tensor has none).
@@ -173,11 +174,11 @@ def _rope_matrix_qk_fake(q, k, mat, sin, cos):
         k.dim() < 2 or k.shape[-1] == q.shape[-1],
         lambda: f"rope_matrix_qk: q and k must have the same last dim D, got q {list(q.shape)} and k {list(k.shape)}",
     )
-    check_inputs("rope_matrix_qk", k, mat, sin, cos, "k")
     torch._check_type(
         q.dtype == k.dtype, lambda: f"rope_matrix_qk: q and k must have the same dtype, got {dtype_name(q.dtype)} and "
         f"{dtype_name(k.dtype)}; pass k.to(q.dtype)"
     )
+    check_inputs("rope_matrix_qk", k, mat, sin, cos, "k")
     return (
         torch.empty(q.shape, dtype=q.dtype, device=q.device),
         torch.empty(k.shape, dtype=k.dtype, device=k.device),
@@ -193,6 +194,15 @@ def _overlaps_itself(x) -> bool | None:
     (symbolic sizes) or too large to list (eager decides)."""
     sizes, strides = list(x.shape), list(x.stride())
     if not _concrete(*sizes, *strides):
+        if any(isinstance(n, int) and n == 0 for n in sizes):
+            return False
+        # A symbolic size is >= 2 (dynamic shapes specialise 0 and 1), so an expanded dim (stride 0)
+        # still decides it; anything else is left to eager. (Imported here: it pulls in sympy.)
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+        for n, st in zip(sizes, strides):
+            if isinstance(st, int) and st == 0 and (n > 1 if isinstance(n, int) else statically_known_true(n > 1)):
+                return True
         return None
     if 0 in sizes:  # no elements, none shared (an expanded empty view too)
         return False
