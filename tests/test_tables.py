@@ -610,6 +610,103 @@ def test_hf_partial_rotary_factor():
     torch.testing.assert_close(got.float(), want, rtol=2e-6, atol=0)
 
 
+def _saved_config_json(config) -> dict:
+    """The config.json that ``save_pretrained`` writes for ``config``, read back as a dict."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        config.save_pretrained(d)
+        with open(f"{d}/config.json") as f:
+            return json.load(f)
+
+
+def _hf_config_jsons():
+    """(name, config.json dict, the config HF builds from it) for the dicts that HF's config classes
+    read differently from their keys as written."""
+    T = pytest.importorskip("transformers")
+    T.logging.set_verbosity_error()
+    out = []
+    # a transformers 5 config.json with a 4.x rope_scaling added by hand (as model cards ask for
+    # YaRN): HF's class takes rope_scaling
+    qwen = _saved_config_json(T.Qwen2Config(vocab_size=32, hidden_size=256, num_attention_heads=2,
+                                            num_key_value_heads=1, max_position_embeddings=131072))
+    qwen["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    out.append(("rope_scaling-added", qwen))
+    # GPT-NeoX / Pythia: rotary_pct and rotary_emb_base
+    out.append(("gpt_neox", {"model_type": "gpt_neox", "hidden_size": 768, "num_attention_heads": 12,
+                             "max_position_embeddings": 2048, "rotary_pct": 0.25, "rotary_emb_base": 1000000}))
+    # Phi-3's legacy "yarn" with short/long factors, which Phi3Config renames to longrope
+    out.append(("phi3-legacy-yarn", {
+        "model_type": "phi3", "hidden_size": 64, "num_attention_heads": 2, "max_position_embeddings": 131072,
+        "original_max_position_embeddings": 4096, "rope_theta": 10000.0,
+        "rope_scaling": {"type": "yarn", "short_factor": [1.0 + 0.02 * j for j in range(16)],
+                         "long_factor": [1.0 + 1.5 * j for j in range(16)]}}))
+    # head_dim under another name (attribute_map) or derived by the class
+    for cls in ("JetMoeConfig", "Zamba2Config", "Glm4MoeLiteConfig", "DeepseekV3Config"):
+        if hasattr(T, cls):
+            out.append((cls, _saved_config_json(getattr(T, cls)())))
+    return [(name, cfg, T.AutoConfig.for_model(cfg["model_type"]).from_dict(dict(cfg))) for name, cfg in out]
+
+
+def test_hf_config_json_dicts_read_as_hf_reads_them():
+    """A config.json dict gives what HF's own config class builds from it: hand-added rope_scaling
+    over rope_parameters, GPT-NeoX's rotary_pct / rotary_emb_base, Phi-3's legacy yarn (longrope),
+    head_dim aliases; against ROPE_INIT_FUNCTIONS on that class's config."""
+    pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    for name, cfg, hf in _hf_config_jsons():
+        head_dim, rotary_dim = tables.hf_rotary_dim(cfg)
+        assert (head_dim, rotary_dim) == tables.hf_rotary_dim(hf), name
+        kind = hf.rope_parameters["rope_type"]
+        scaling = tables.hf_rope_scaling(cfg)
+        assert scaling["rope_type"] == kind, name
+        for seq_len in (None, 5000):
+            if kind == "default":
+                want, want_attn = _default_inv(hf), 1.0
+            else:
+                want, want_attn = ROPE_INIT_FUNCTIONS[kind](hf, None, seq_len=seq_len)
+            inv, attn = tables.rope_inv_freq(rotary_dim, scaling=scaling, seq_len=seq_len)
+            torch.testing.assert_close(inv.float(), want, rtol=4e-6, atol=0, msg=name)
+            assert attn == pytest.approx(want_attn, rel=1e-9), name
+        t = tables.RotaryEmbedding.from_hf_config(cfg, layout="BNSD").tables(4)
+        assert t.cos.shape[-1] == head_dim, name
+
+
+def _default_inv(config):
+    base = config.rope_parameters["rope_theta"]
+    dim = tables.hf_rotary_dim(config)[1]
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+
+
+def test_hf_config_json_without_model_type_reads_the_aliases():
+    # Read as written (no class to ask): the GPT-NeoX names and DeepSeek's qk_rope_head_dim still count.
+    neox = {"hidden_size": 768, "num_attention_heads": 12, "rotary_pct": 0.25, "rotary_emb_base": 5000}
+    assert tables.hf_rotary_dim(neox) == (64, 16)
+    assert tables.hf_rope_scaling(neox)["rope_theta"] == 5000.0
+    ds = {"hidden_size": 7168, "num_attention_heads": 128, "qk_rope_head_dim": 64}
+    assert tables.hf_rotary_dim(ds) == (64, 64)
+    # a 4.x rope_scaling added to a transformers 5 rope_parameters: rope_scaling, as HF takes it
+    both = {"hidden_size": 256, "num_attention_heads": 2, "max_position_embeddings": 131072,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+            "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+    assert tables.hf_rope_scaling(both)["rope_type"] == "yarn"
+
+
+def test_hf_yarn_truncate_none_does_not_truncate():
+    # HF reads rope_parameters.get("truncate", True): None is falsy, so no floor/ceil.
+    pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    for tr in (True, False, None):
+        config = _hf_config({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024,
+                             "rope_theta": 10000.0, "truncate": tr})
+        want, _ = ROPE_INIT_FUNCTIONS["yarn"](config, None)
+        got, _ = tables.rope_inv_freq(128, scaling=tables.hf_rope_scaling(config))
+        torch.testing.assert_close(got.float(), want, rtol=4e-6, atol=0, msg=str(tr))
+
+
 @pytest.mark.parametrize("name", ["llama3", "yarn", "longrope"])
 def test_rotary_embedding_from_hf_config_matches_hf_module(name):
     """Tables of RotaryEmbedding.from_hf_config against the cos/sin of HF's own rotary module

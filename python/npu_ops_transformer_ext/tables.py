@@ -28,6 +28,7 @@ its permutation fast path for such a partial signed permutation.
 
 from __future__ import annotations
 
+import copy
 import math
 import numbers
 from collections.abc import Mapping, Sequence
@@ -136,7 +137,7 @@ def rope_inv_freq(
     * ``yarn``: ``beta_fast`` (32), ``beta_slow`` (1), ``truncate`` (True), ``factor`` (default
       ``max_position_embeddings / L``). With ``c(r) = dim * ln(L / (2 pi r)) / (2 ln theta)``,
       ``lo = max(floor(c(beta_fast)), 0)``, ``hi = min(ceil(c(beta_slow)), dim - 1)`` (no
-      floor/ceil when ``truncate`` is False) and ``ramp[j] = clamp((j - lo) / (hi - lo), 0, 1)``
+      floor/ceil when ``truncate`` is False or None, as HF reads it) and ``ramp[j] = clamp((j - lo) / (hi - lo), 0, 1)``
       (``hi += 0.001`` when equal): ``inv_freq = base/factor * ramp + base * (1 - ramp)``.
       ``attn = attention_factor`` if given, else with ``m(s, k) = 0.1 * k * ln(s) + 1`` (1 for
       ``s <= 1``): ``m(factor, mscale) / m(factor, mscale_all_dim)`` when both are given, else
@@ -196,7 +197,7 @@ def rope_inv_freq(
         L = need_orig()
         beta_fast = float(_get(scaling, "beta_fast", default=32.0))
         beta_slow = float(_get(scaling, "beta_slow", default=1.0))
-        truncate = bool(_get(scaling, "truncate", default=True))
+        truncate = bool(scaling.get("truncate", True))  # as HF reads it: None does not truncate
 
         def corr(r):
             return dim * math.log(L / (r * 2 * math.pi)) / (2 * math.log(theta))
@@ -255,19 +256,72 @@ def _cfg(config, name: str, default=None):
     return default if v is None else v
 
 
+# A config.json's keys that HF's config classes read under another name, for a dict read as it is
+# (GPT-NeoX and Pythia; DeepSeek-V2/V3 rotate qk_rope_head_dim of each head).
+_DICT_ALIASES = {
+    "partial_rotary_factor": ("rotary_pct",),
+    "rope_theta": ("rotary_emb_base",),
+    "head_dim": ("qk_rope_head_dim",),
+}
+
+
+def _dict_cfg(config: Mapping, name: str, default=None):
+    v = _cfg(config, name)
+    for alias in _DICT_ALIASES.get(name, ()):
+        if v is None:
+            v = _cfg(config, alias)
+    return default if v is None else v
+
+
+def _hf_config(config: object) -> object:
+    """A ``config.json`` dict as HF reads it: through transformers' config class for its
+    ``model_type`` (which renames legacy keys, resolves aliases such as ``head_dim`` and applies
+    the class's defaults), when transformers is installed and knows the type; else the dict."""
+    if not isinstance(config, Mapping) or not isinstance(config.get("model_type"), str):
+        return config
+    try:
+        from transformers import CONFIG_MAPPING
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return config
+    if config["model_type"] not in CONFIG_MAPPING:
+        return config
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the class's notes on legacy keys are not ours to print
+    try:
+        return CONFIG_MAPPING[config["model_type"]].from_dict(copy.deepcopy(dict(config)))
+    except (ValueError, TypeError, KeyError):  # a config its class refuses: read the dict as it is
+        return config
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _rope_params(config: object) -> Mapping:
+    """The RoPE mapping of a config: a dict's ``rope_scaling`` first, as HF's config classes take
+    it over ``rope_parameters`` (a 4.x mapping added to a transformers 5 config.json); an object's
+    ``rope_parameters`` (transformers 5, already merged) before its 4.x ``rope_scaling``."""
+    if isinstance(config, Mapping):
+        return _cfg(config, "rope_scaling") or _cfg(config, "rope_parameters") or {}
+    return _cfg(config, "rope_parameters") or _cfg(config, "rope_scaling") or {}
+
+
 def hf_rope_scaling(config: object) -> dict:
     """The scaling mapping of a HF transformers config, complete: what ``rope_inv_freq``,
     ``rope_1d`` and ``RotaryEmbedding`` take as ``scaling`` to build HF's own frequencies.
 
-    ``config``: a ``PretrainedConfig`` or its ``config.json`` as a dict; transformers 5
-    ``rope_parameters`` or 4.x ``rope_scaling`` + ``rope_theta``. The result is a copy of those
+    ``config``: a ``PretrainedConfig`` or its ``config.json`` as a dict (read through
+    transformers' config class for its ``model_type`` when installed, as ``from_pretrained`` reads
+    it; see docs/tables.md); transformers 5 ``rope_parameters`` or 4.x ``rope_scaling`` +
+    ``rope_theta``. The result is a copy of those
     parameters with ``rope_type``, ``rope_theta`` and what HF reads from elsewhere in the config:
     ``original_max_position_embeddings`` (for dynamic HF's ``max_position_embeddings``; for yarn,
     llama3 and longrope the config's own ``original_max_position_embeddings`` first, as HF does),
     and ``factor`` for yarn and longrope when HF derives it (``max_position_embeddings / L``). The
     rotated dim is ``hf_rotary_dim(config)``.
     """
-    rp = _cfg(config, "rope_parameters") or _cfg(config, "rope_scaling") or {}
+    config = _hf_config(config)
+    get = _dict_cfg if isinstance(config, Mapping) else _cfg
+    rp = _rope_params(config)
     if any(isinstance(v, Mapping) for v in rp.values()):
         raise ValueError(
             "hf_rope_scaling: this config has per-layer-type rope parameters "
@@ -278,7 +332,7 @@ def hf_rope_scaling(config: object) -> dict:
     kind = _get(out, "rope_type", "type", default="default")
     out.pop("type", None)
     out["rope_type"] = kind
-    out["rope_theta"] = float(_get(out, "rope_theta", default=_cfg(config, "rope_theta", 10000.0)))
+    out["rope_theta"] = float(_get(out, "rope_theta", default=get(config, "rope_theta", 10000.0)))
     max_pos = _cfg(config, "max_position_embeddings")
     if kind == "dynamic":
         out["original_max_position_embeddings"] = max_pos
@@ -293,13 +347,14 @@ def hf_rope_scaling(config: object) -> dict:
 
 
 def hf_rotary_dim(config: object) -> tuple[int, int]:
-    """``(head_dim, rotary_dim)`` of a HF config: ``head_dim`` (else ``hidden_size //
-    num_attention_heads``) and ``int(head_dim * partial_rotary_factor)``."""
-    head_dim = _cfg(config, "head_dim") or _cfg(config, "hidden_size") // _cfg(
-        config, "num_attention_heads"
-    )
-    rp = _cfg(config, "rope_parameters") or _cfg(config, "rope_scaling") or {}
-    prf = _get(rp, "partial_rotary_factor", default=_cfg(config, "partial_rotary_factor", 1.0))
+    """``(head_dim, rotary_dim)`` of a HF config (a dict read as ``hf_rope_scaling`` reads it):
+    ``head_dim`` (else ``hidden_size // num_attention_heads``) and ``int(head_dim *
+    partial_rotary_factor)``."""
+    config = _hf_config(config)
+    get = _dict_cfg if isinstance(config, Mapping) else _cfg
+    head_dim = get(config, "head_dim") or get(config, "hidden_size") // get(config, "num_attention_heads")
+    rp = _rope_params(config)
+    prf = _get(rp, "partial_rotary_factor", default=get(config, "partial_rotary_factor", 1.0))
     return int(head_dim), int(head_dim * float(prf))
 
 
