@@ -22,6 +22,8 @@
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #include <xmmintrin.h>
 #define NPU_OPS_HAVE_MXCSR 1
+#elif defined(__aarch64__)
+#define NPU_OPS_HAVE_FPCR 1
 #endif
 
 #include <algorithm>
@@ -94,6 +96,30 @@ class DenormalModeOf {
 
  private:
   unsigned saved_;
+};
+#elif defined(NPU_OPS_HAVE_FPCR)
+// aarch64: torch.set_flush_denormal sets FPCR.FZ (bit 24) of the calling thread only; the same rule.
+constexpr uint64_t kFz = uint64_t{1} << 24;
+inline uint64_t read_fpcr() {
+  uint64_t v;
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(v));
+  return v;
+}
+inline void write_fpcr(uint64_t v) { __asm__ __volatile__("msr fpcr, %0" : : "r"(v)); }
+class DenormalModeOf {
+ public:
+  explicit DenormalModeOf(uint64_t caller_bits) : saved_(read_fpcr()) {
+    if ((saved_ & kFz) != caller_bits) write_fpcr((saved_ & ~kFz) | caller_bits);
+  }
+  ~DenormalModeOf() {
+    if (read_fpcr() != saved_) write_fpcr(saved_);
+  }
+  DenormalModeOf(const DenormalModeOf&) = delete;
+  DenormalModeOf& operator=(const DenormalModeOf&) = delete;
+  static uint64_t caller_bits() { return read_fpcr() & kFz; }
+
+ private:
+  uint64_t saved_;
 };
 #else
 // Elsewhere torch.set_flush_denormal changes nothing (it returns False), so neither does the kernel.
@@ -297,7 +323,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
 
   // A small call runs on the calling thread: waking the others costs more than they save.
   const int64_t items = nblocks * nslices;
-  const unsigned denormal_bits = DenormalModeOf::caller_bits();
+  const auto denormal_bits = DenormalModeOf::caller_bits();
   at::parallel_for(0, items, parallel ? 1 : items, [&](int64_t begin, int64_t end) {
     const DenormalModeOf denormal_mode(denormal_bits);
     const int64_t scratch_len = kScratchRows * (Dp + kLanes) * static_cast<int64_t>(sizeof(double));

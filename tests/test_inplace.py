@@ -341,6 +341,24 @@ def test_compiled_inplace_refuses_expanded_x_with_the_ops_message(dynamic):
     assert torch.equal(g(ok), want)
 
 
+def test_fake_overlap_check_leaves_an_unbacked_size_that_may_be_zero_to_eager():
+    # An unbacked size may be 0 (no elements: nothing overlaps), so an expanded dim beside it does
+    # not decide; a size known to be >= 1 lets it decide.
+    from npu_ops_transformer_ext.ops import _overlaps_itself
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    with FakeTensorMode(shape_env=env):
+        u = env.create_unbacked_symint()
+        torch._check(u >= 0)
+        assert _overlaps_itself(torch.empty(u, 1, 16).expand(u, 4, 16)) is None
+        v = env.create_unbacked_symint()
+        torch._check(v >= 1)
+        assert _overlaps_itself(torch.empty(v, 1, 16).expand(v, 4, 16)) is True
+    assert _overlaps_itself(torch.empty(0, 1, 16).expand(0, 4, 16)) is False
+
+
 def test_inference_tensor_outside_inference_mode_is_refused_untouched():
     # As torch's own in-place ops: an inference tensor has no version counter to bump.
     sin, cos = _tables(8, 64)

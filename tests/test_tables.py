@@ -642,11 +642,17 @@ def _hf_config_jsons():
         "original_max_position_embeddings": 4096, "rope_theta": 10000.0,
         "rope_scaling": {"type": "yarn", "short_factor": [1.0 + 0.02 * j for j in range(16)],
                          "long_factor": [1.0 + 1.5 * j for j in range(16)]}}))
+    # a vision-language config.json, flat as Qwen2-VL's: the language model's RoPE is its text part's
+    out.append(("qwen2_vl-flat", {
+        "model_type": "qwen2_vl", "hidden_size": 3584, "num_attention_heads": 28, "num_key_value_heads": 4,
+        "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]}, "vision_config": {}}))
     # head_dim under another name (attribute_map) or derived by the class
     for cls in ("JetMoeConfig", "Zamba2Config", "Glm4MoeLiteConfig", "DeepseekV3Config"):
         if hasattr(T, cls):
             out.append((cls, _saved_config_json(getattr(T, cls)())))
-    return [(name, cfg, T.AutoConfig.for_model(cfg["model_type"]).from_dict(dict(cfg))) for name, cfg in out]
+    return [(name, cfg, T.AutoConfig.for_model(cfg["model_type"]).from_dict(dict(cfg)).get_text_config())
+            for name, cfg in out]
 
 
 def test_hf_config_json_dicts_read_as_hf_reads_them():
@@ -672,6 +678,16 @@ def test_hf_config_json_dicts_read_as_hf_reads_them():
             assert attn == pytest.approx(want_attn, rel=1e-9), name
         t = tables.RotaryEmbedding.from_hf_config(cfg, layout="BNSD").tables(4)
         assert t.cos.shape[-1] == head_dim, name
+
+
+def test_hf_config_json_that_its_class_refuses_is_read_as_written():
+    # transformers' validators refuse hidden_size 4000 with 48 heads; the dict's own keys still say
+    # everything the RoPE needs, as they did before the class was asked.
+    pytest.importorskip("transformers")
+    cfg = {"model_type": "llama", "hidden_size": 4000, "num_attention_heads": 48, "head_dim": 128,
+           "rope_theta": 500000.0}
+    assert tables.hf_rotary_dim(cfg) == (128, 128)
+    assert tables.hf_rope_scaling(cfg) == {"rope_type": "default", "rope_theta": 500000.0}
 
 
 def _default_inv(config):

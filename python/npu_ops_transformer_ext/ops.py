@@ -196,10 +196,13 @@ def _overlaps_itself(x) -> bool | None:
     if not _concrete(*sizes, *strides):
         if any(isinstance(n, int) and n == 0 for n in sizes):
             return False
-        # A symbolic size is >= 2 (dynamic shapes specialise 0 and 1), so an expanded dim (stride 0)
-        # still decides it; anything else is left to eager. (Imported here: it pulls in sympy.)
+        # A backed symbolic size is >= 2 (dynamic shapes specialise 0 and 1), so an expanded dim
+        # (stride 0) still decides it, once no size can be 0 (an unbacked one may: no elements);
+        # anything else is left to eager. (Imported here: it pulls in sympy.)
         from torch.fx.experimental.symbolic_shapes import statically_known_true
 
+        if not all(isinstance(n, int) or statically_known_true(n != 0) for n in sizes):
+            return None
         for n, st in zip(sizes, strides):
             if isinstance(st, int) and st == 0 and (n > 1 if isinstance(n, int) else statically_known_true(n > 1)):
                 return True

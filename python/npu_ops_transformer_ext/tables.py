@@ -276,24 +276,29 @@ def _dict_cfg(config: Mapping, name: str, default=None):
 def _hf_config(config: object) -> object:
     """A ``config.json`` dict as HF reads it: through transformers' config class for its
     ``model_type`` (which renames legacy keys, resolves aliases such as ``head_dim`` and applies
-    the class's defaults), when transformers is installed and knows the type; else the dict."""
-    if not isinstance(config, Mapping) or not isinstance(config.get("model_type"), str):
-        return config
-    try:
-        from transformers import CONFIG_MAPPING
-        from transformers.utils import logging as hf_logging
-    except ImportError:
-        return config
-    if config["model_type"] not in CONFIG_MAPPING:
-        return config
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()  # the class's notes on legacy keys are not ours to print
-    try:
-        return CONFIG_MAPPING[config["model_type"]].from_dict(copy.deepcopy(dict(config)))
-    except (ValueError, TypeError, KeyError):  # a config its class refuses: read the dict as it is
-        return config
-    finally:
-        hf_logging.set_verbosity(verbosity)
+    the class's defaults), and of a composite (vision-language) config its text part, where the
+    language model's RoPE is; the dict as it is when transformers is not installed, does not know
+    the type, or its class refuses the dict."""
+    if isinstance(config, Mapping):
+        if not isinstance(config.get("model_type"), str):
+            return config
+        try:
+            from transformers import CONFIG_MAPPING
+        except ImportError:
+            return config
+        if config["model_type"] not in CONFIG_MAPPING:
+            return config
+        try:
+            obj = CONFIG_MAPPING[config["model_type"]].from_dict(copy.deepcopy(dict(config)))
+            return obj.get_text_config() if callable(getattr(obj, "get_text_config", None)) else obj
+        except Exception:  # noqa: BLE001  (any refusal of the class, its validators' own types included)
+            return config
+    if callable(getattr(config, "get_text_config", None)):  # a PretrainedConfig: itself, or its text part
+        try:
+            return config.get_text_config()
+        except Exception:  # noqa: BLE001
+            return config
+    return config
 
 
 def _rope_params(config: object) -> Mapping:
@@ -325,8 +330,10 @@ def hf_rope_scaling(config: object) -> dict:
     if any(isinstance(v, Mapping) for v in rp.values()):
         raise ValueError(
             "hf_rope_scaling: this config has per-layer-type rope parameters "
-            f"({', '.join(k for k, v in rp.items() if isinstance(v, Mapping))}); pass a config "
-            "view with one of them as rope_parameters"
+            f"({', '.join(k for k, v in rp.items() if isinstance(v, Mapping))}); take the one of "
+            "the layers' attention type: rope_inv_freq(d, scaling=rope_parameters[type]) (each is "
+            "a complete mapping), or pass a config view with that one as rope_parameters (a "
+            "config.json dict without its model_type, which would expand it again)"
         )
     out = dict(rp)
     kind = _get(out, "rope_type", "type", default="default")
