@@ -75,59 +75,6 @@ constexpr int64_t kItemsPerThread = 2;
 // [1, 24, 1024, 128], one thread: 24 heads 8.7 ns a row, 4 heads 6.8, 2 heads 6.3, 24 heads with
 // the head stride padded by 320 bytes 5.9.)
 constexpr int64_t kHeadsPerBatch = 4;
-
-#ifdef NPU_OPS_HAVE_MXCSR
-// torch.set_flush_denormal sets FTZ and DAZ in the calling thread's MXCSR only; a worker thread of
-// at::parallel_for keeps whatever it had when it was created. So that a call flushes subnormals
-// exactly when its calling thread does, whichever threads compute its rows, each work range runs
-// with the caller's two bits and gives the worker its own back afterwards.
-constexpr unsigned kFtzDaz = 0x8040u;
-class DenormalModeOf {
- public:
-  explicit DenormalModeOf(unsigned caller_bits) : saved_(_mm_getcsr()) {
-    if ((saved_ & kFtzDaz) != caller_bits) _mm_setcsr((saved_ & ~kFtzDaz) | caller_bits);
-  }
-  ~DenormalModeOf() {
-    if (_mm_getcsr() != saved_) _mm_setcsr(saved_);
-  }
-  DenormalModeOf(const DenormalModeOf&) = delete;
-  DenormalModeOf& operator=(const DenormalModeOf&) = delete;
-  static unsigned caller_bits() { return _mm_getcsr() & kFtzDaz; }
-
- private:
-  unsigned saved_;
-};
-#elif defined(NPU_OPS_HAVE_FPCR)
-// aarch64: torch.set_flush_denormal sets FPCR.FZ (bit 24) of the calling thread only; the same rule.
-constexpr uint64_t kFz = uint64_t{1} << 24;
-inline uint64_t read_fpcr() {
-  uint64_t v;
-  __asm__ __volatile__("mrs %0, fpcr" : "=r"(v));
-  return v;
-}
-inline void write_fpcr(uint64_t v) { __asm__ __volatile__("msr fpcr, %0" : : "r"(v)); }
-class DenormalModeOf {
- public:
-  explicit DenormalModeOf(uint64_t caller_bits) : saved_(read_fpcr()) {
-    if ((saved_ & kFz) != caller_bits) write_fpcr((saved_ & ~kFz) | caller_bits);
-  }
-  ~DenormalModeOf() {
-    if (read_fpcr() != saved_) write_fpcr(saved_);
-  }
-  DenormalModeOf(const DenormalModeOf&) = delete;
-  DenormalModeOf& operator=(const DenormalModeOf&) = delete;
-  static uint64_t caller_bits() { return read_fpcr() & kFz; }
-
- private:
-  uint64_t saved_;
-};
-#else
-// Elsewhere torch.set_flush_denormal changes nothing (it returns False), so neither does the kernel.
-struct DenormalModeOf {
-  explicit DenormalModeOf(unsigned) {}
-  static unsigned caller_bits() { return 0; }
-};
-#endif
 constexpr int64_t kHeadsPerBatch16 = 2;
 constexpr int64_t kMaxHeadsPerBatch = 64;
 // fp32 x whose output is streamed takes two heads a batch, not four, where a head's rows span up to
@@ -244,6 +191,49 @@ inline void advance(int n, const int64_t* size, int64_t* idx) {
     idx[d] = 0;
   }
 }
+
+// The floating-point control word's flush bits: torch.set_flush_denormal sets them in the
+// calling thread's register only (x86: MXCSR FTZ and DAZ; aarch64: FPCR.FZ; elsewhere it changes
+// nothing and returns False, and neither does the kernel).
+#if defined(NPU_OPS_HAVE_MXCSR)
+using FpControl = unsigned;
+constexpr FpControl kFlushBits = 0x8040u;
+inline FpControl read_fp_control() { return _mm_getcsr(); }
+inline void write_fp_control(FpControl v) { _mm_setcsr(v); }
+#elif defined(NPU_OPS_HAVE_FPCR)
+using FpControl = uint64_t;
+constexpr FpControl kFlushBits = FpControl{1} << 24;
+inline FpControl read_fp_control() {
+  FpControl v;
+  __asm__ __volatile__("mrs %0, fpcr" : "=r"(v));
+  return v;
+}
+inline void write_fp_control(FpControl v) { __asm__ __volatile__("msr fpcr, %0" : : "r"(v)); }
+#else
+using FpControl = unsigned;
+constexpr FpControl kFlushBits = 0;
+inline FpControl read_fp_control() { return 0; }
+inline void write_fp_control(FpControl) {}
+#endif
+
+// A worker thread of at::parallel_for keeps the flush bits it had when it was created. So that a
+// call flushes subnormals exactly when its calling thread does, whichever threads compute its
+// rows, each work range runs with the caller's bits and gives the worker its own back afterwards.
+class DenormalModeOf {
+ public:
+  explicit DenormalModeOf(FpControl caller_bits) : saved_(read_fp_control()) {
+    if ((saved_ & kFlushBits) != caller_bits) write_fp_control((saved_ & ~kFlushBits) | caller_bits);
+  }
+  ~DenormalModeOf() {
+    if (read_fp_control() != saved_) write_fp_control(saved_);
+  }
+  DenormalModeOf(const DenormalModeOf&) = delete;
+  DenormalModeOf& operator=(const DenormalModeOf&) = delete;
+  static FpControl caller_bits() { return read_fp_control() & kFlushBits; }
+
+ private:
+  FpControl saved_;
+};
 
 // A broadcast position of one operand: bytes from the operand's bases to its first row.
 struct Position {
