@@ -248,14 +248,6 @@ def rope_inv_freq(
     return inv, attn
 
 
-def _cfg(config, name: str, default=None):
-    if isinstance(config, Mapping):
-        v = config.get(name, default)
-    else:
-        v = getattr(config, name, default)
-    return default if v is None else v
-
-
 # A config.json's keys that HF's config classes read under another name, for a dict read as it is
 # (GPT-NeoX and Pythia; DeepSeek-V2/V3 rotate qk_rope_head_dim of each head).
 _DICT_ALIASES = {
@@ -265,11 +257,15 @@ _DICT_ALIASES = {
 }
 
 
-def _dict_cfg(config: Mapping, name: str, default=None):
-    v = _cfg(config, name)
-    for alias in _DICT_ALIASES.get(name, ()):
-        if v is None:
-            v = _cfg(config, alias)
+def _cfg(config, name: str, default=None):
+    """``name`` of a config object, or of a dict under that name or one of its _DICT_ALIASES."""
+    if isinstance(config, Mapping):
+        v = config.get(name)
+        for alias in _DICT_ALIASES.get(name, ()):
+            if v is None:
+                v = config.get(alias)
+    else:
+        v = getattr(config, name, default)
     return default if v is None else v
 
 
@@ -325,7 +321,6 @@ def hf_rope_scaling(config: object) -> dict:
     rotated dim is ``hf_rotary_dim(config)``.
     """
     config = _hf_config(config)
-    get = _dict_cfg if isinstance(config, Mapping) else _cfg
     rp = _rope_params(config)
     if any(isinstance(v, Mapping) for v in rp.values()):
         raise ValueError(
@@ -339,7 +334,7 @@ def hf_rope_scaling(config: object) -> dict:
     kind = _get(out, "rope_type", "type", default="default")
     out.pop("type", None)
     out["rope_type"] = kind
-    out["rope_theta"] = float(_get(out, "rope_theta", default=get(config, "rope_theta", 10000.0)))
+    out["rope_theta"] = float(_get(out, "rope_theta", default=_cfg(config, "rope_theta", 10000.0)))
     max_pos = _cfg(config, "max_position_embeddings")
     if kind == "dynamic":
         out["original_max_position_embeddings"] = max_pos
@@ -358,10 +353,9 @@ def hf_rotary_dim(config: object) -> tuple[int, int]:
     ``head_dim`` (else ``hidden_size // num_attention_heads``) and ``int(head_dim *
     partial_rotary_factor)``."""
     config = _hf_config(config)
-    get = _dict_cfg if isinstance(config, Mapping) else _cfg
-    head_dim = get(config, "head_dim") or get(config, "hidden_size") // get(config, "num_attention_heads")
+    head_dim = _cfg(config, "head_dim") or _cfg(config, "hidden_size") // _cfg(config, "num_attention_heads")
     rp = _rope_params(config)
-    prf = _get(rp, "partial_rotary_factor", default=get(config, "partial_rotary_factor", 1.0))
+    prf = _get(rp, "partial_rotary_factor", default=_cfg(config, "partial_rotary_factor", 1.0))
     return int(head_dim), int(head_dim * float(prf))
 
 
