@@ -689,6 +689,7 @@ class RotaryEmbedding(torch.nn.Module):
         """The RoPE of a HF transformers config (half mode): ``head_dim`` and ``rotary_dim`` from
         ``hf_rotary_dim``, theta and scaling from ``hf_rope_scaling``. ``layout`` as for the
         constructor ("BNSD" for q/k as HF's attention holds them)."""
+        config = _hf_config(config)  # once: a dict's config class is built here, not in both calls
         head_dim, rotary_dim = hf_rotary_dim(config)
         scaling = hf_rope_scaling(config)
         return cls(
