@@ -115,12 +115,16 @@ def test_sweep_tiny_grid(tmp_path, capsys):
         assert r["version"] == npu_ops_transformer_ext.__version__ and r["git"]
         if r["provider"] == "limit":
             assert float(r["x_limit"]) == 1.0 and r["store"] in ("nontemporal", "temporal")
+            # The streaming copy is the limit, or slower than the ordinary-store copy chosen.
+            assert (float(r["x_limit_nt"]) == 1.0) == (r["store"] == "nontemporal"), r
+        # The limit is the faster of both stores: no provider is further from the streaming copy.
+        assert float(r["x_limit_nt"]) <= float(r["x_limit"]) * 1.001, r
     out = capsys.readouterr().out
     assert "| S |" in out and "bfloat16 BNSD" in out
     # The spread over repeated runs, from their CSVs (here the same run twice: no spread).
     sweep.main(["--summarize", str(csv_path), str(csv_path), "--plot", ""])
     out = capsys.readouterr().out
-    assert "2 runs" in out and "minimums" in out
+    assert "2 runs" in out and "minimums" in out and "streaming-store copy alone" in out
     cell = out.split("| 256 | ")[1].split(" |")[0]
     med, rng = cell.split(" (")
     lo, hi = rng.rstrip(")").split("–")
