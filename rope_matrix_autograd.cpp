@@ -64,20 +64,35 @@ const c10::TypedOperatorHandle<QkSig>& op_qk_backward() {
 
 at::ScalarType acc_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
 
-// Sums t (x's shape) down to `shape`, a shape that broadcasts to it.
+// Sums t along `dim` (kept, size 1) as a pairwise tree: neighbours added level by level, the
+// element left over at an odd level added at the end. Each output element's order of additions
+// depends on t.size(dim) alone, not on the other dims (torch's sum splits a reduction by the sizes
+// of all of them), so a rank holding some of the rows of S gets the bits of the same rows of a
+// single-process run (docs/sequence-parallel.md). Differentiable: slices and adds.
+at::Tensor tree_sum(at::Tensor t, int64_t dim) {
+  if (t.size(dim) == 0) return t.sum(dim, /*keepdim=*/true);
+  std::vector<at::Tensor> rest;
+  while (t.size(dim) > 1) {
+    const int64_t n = t.size(dim);
+    if (n % 2) rest.push_back(t.narrow(dim, n - 1, 1));
+    t = t.slice(dim, 0, n - 1, 2) + t.slice(dim, 1, n, 2);
+  }
+  for (const at::Tensor& r : rest) t = t + r;
+  return t;
+}
+
+// Sums t (x's shape) down to `shape`, a shape that broadcasts to it, dimension by dimension in
+// ascending order, each with tree_sum.
 at::Tensor reduce_to(at::Tensor t, at::IntArrayRef shape) {
   const int64_t lead = t.dim() - static_cast<int64_t>(shape.size());
-  if (lead > 0) {
-    std::vector<int64_t> dims(static_cast<size_t>(lead));
-    for (int64_t i = 0; i < lead; ++i) dims[static_cast<size_t>(i)] = i;
-    t = t.sum(dims);
+  bool reduced = false;
+  for (int64_t i = 0; i < t.dim(); ++i) {
+    if ((i < lead || shape[static_cast<size_t>(i - lead)] == 1) && t.size(i) != 1) {
+      t = tree_sum(t, i);
+      reduced = true;
+    }
   }
-  std::vector<int64_t> dims;
-  for (int64_t i = 0; i < static_cast<int64_t>(shape.size()); ++i) {
-    if (shape[static_cast<size_t>(i)] == 1 && t.size(i) != 1) dims.push_back(i);
-  }
-  if (!dims.empty()) t = t.sum(dims, /*keepdim=*/true);
-  return t;
+  return lead > 0 || reduced ? t.reshape(shape) : t;
 }
 
 // Sum of the y/sin/cos gradients over (grad_out, x) pairs (pairs with an undefined tensor are

@@ -95,3 +95,109 @@ def test_distributed_sharded_forward_backward_bitwise(world):
             assert torch.equal(a, b), (
                 f"{name} differs between the {world}-rank {mode} run and one process"
             )
+
+
+def _table_grads(x, g, mat, sin, cos):
+    sin, cos = sin.clone().requires_grad_(), cos.clone().requires_grad_()
+    x = x.clone().requires_grad_()
+    ext.rope_matrix(x, mat, sin, cos).backward(g)
+    return x.grad, sin.grad, cos.grad
+
+
+# Shapes where torch's sum over B and N gave a shard's rows other bits than the same rows of the
+# full tensor (the sum's split depends on the S x D block's size).
+@pytest.mark.parametrize("b,n,s,d", [(1, 8, 12, 72), (2, 3, 40, 130), (2, 4, 24, 80), (1, 2, 4, 6), (3, 5, 16, 14)])
+@pytest.mark.parametrize("form", ["[S, D]", "[1, 1, S, D]", "[B, 1, S, D]", "BSND [S, 1, D]"])
+@pytest.mark.parametrize("mode", parallel.MODES)
+def test_sharded_table_gradients_bitwise(b, n, s, d, form, mode):
+    g = torch.Generator().manual_seed(b * 1000 + n * 100 + s + d)
+    mat = tables.get_half_matrix(d)
+    bsnd = form.startswith("BSND")
+    shape = (b, s, n, d) if bsnd else (b, n, s, d)
+    x, gr = torch.randn(shape, generator=g), torch.randn(shape, generator=g)
+    tshape = {"[S, D]": (s, d), "[1, 1, S, D]": (1, 1, s, d), "[B, 1, S, D]": (b, 1, s, d),
+              "BSND [S, 1, D]": (s, 1, d)}[form]
+    sin, cos = torch.randn(tshape, generator=g), torch.randn(tshape, generator=g)
+    xdim, tdim = (1, -3) if bsnd else (2, -2)
+    full = _table_grads(x, gr, mat, sin, cos)
+    for world in (2, 4):
+        if s % (world * (2 if mode == "zigzag" else 1)):
+            continue
+        parts = []
+        for r in range(world):
+            cos_l, sin_l = parallel.shard_tables(cos, sin, world, r, seq_dim=tdim, mode=mode)
+            parts.append(_table_grads(parallel.shard(x, world, r, xdim, mode), parallel.shard(gr, world, r, xdim, mode),
+                                      mat, sin_l, cos_l))
+        for i, name in enumerate(("dx", "dsin", "dcos")):
+            got = parallel.unshard([p[i] for p in parts], xdim if i == 0 else tdim, mode)
+            assert torch.equal(got, full[i]), f"{name}: {world} ranks, {mode}, {form}"
+    # against an independent float64 sum
+    red = tuple(i for i in range(x.dim()) if i >= x.dim() - len(tshape) and tshape[i - x.dim() + len(tshape)] == 1
+                or i < x.dim() - len(tshape))
+    want = (gr.double() * x.double()).sum(red, keepdim=True).reshape(tshape)
+    torch.testing.assert_close(full[2].double(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_table_gradient_sum_against_float64_and_in_bf16():
+    """The pairwise sum is no less exact than torch's: many heads, bf16 x, fp32 tables."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 37, 8, 16, generator=g).to(torch.bfloat16)
+    gr = torch.randn(x.shape, generator=g).to(torch.bfloat16)
+    cos = torch.randn(8, 16, generator=g).requires_grad_()
+    ext.rope_matrix(x, tables.get_half_matrix(16), torch.zeros(8, 16), cos).backward(gr)
+    want = (gr.double() * x.double()).sum((0, 1))
+    err = (cos.grad.double() - want).abs().max().item()
+    assert err <= 4 * torch.finfo(torch.float32).eps * (gr.double() * x.double()).abs().sum((0, 1)).max().item()
+
+
+def test_shard_checks_its_arguments_on_a_size_1_dim_too():
+    t = torch.rand(1, 8)
+    for world, rank, mode, err in [(0, 0, "contiguous", ValueError), (2, 5, "contiguous", ValueError),
+                                   (-3, -1, "contiguous", ValueError), (2, 0, "bogus", ValueError),
+                                   (2.5, 0, "contiguous", TypeError), (2, "x", "contiguous", TypeError)]:
+        with pytest.raises(err):
+            parallel.shard(t, world, rank, dim=0, mode=mode)
+        with pytest.raises(err):
+            parallel.shard_tables(t, t, world, rank, seq_dim=-2, mode=mode)
+    assert parallel.shard(t, 2, 1, dim=0) is t
+
+
+def test_shard_tables_broadcast_tables_unchanged():
+    cos, sin = torch.rand(16), torch.rand(4, 16)
+    c, s = parallel.shard_tables(cos, sin, 2, 1, seq_dim=-2)
+    assert c is cos and torch.equal(s, sin[2:])
+    with pytest.raises(ValueError, match="rank"):
+        parallel.shard_tables(cos, sin, 2, 2, seq_dim=-2)
+
+
+def test_unshard_refuses_unequal_parts():
+    with pytest.raises(ValueError, match="same number of rows"):
+        parallel.unshard([torch.arange(6), torch.arange(4)], dim=0, mode="zigzag")
+    with pytest.raises(ValueError, match="even"):
+        parallel.unshard([torch.arange(3), torch.arange(3)], dim=0, mode="zigzag")
+    with pytest.raises(ValueError, match="same number of rows"):
+        parallel.unshard([torch.arange(3), torch.arange(2)], dim=0, mode="contiguous")
+    with pytest.raises(TypeError, match="non-empty"):
+        parallel.unshard([], dim=0)
+
+
+def test_pad_tables_broadcast_and_checks():
+    cos, sin = torch.rand(1, 4), torch.rand(5, 4)
+    c, s = parallel.pad_tables(cos, sin, 8)
+    assert c is cos and s.shape == (8, 4) and torch.equal(s[5:], torch.zeros(3, 4)) and torch.equal(s[:5], sin)
+    d1 = torch.rand(4)
+    c, s = parallel.pad_tables(d1, d1, 8)
+    assert c is d1 and s is d1
+    # BSND tables [S, 1, D]
+    c, s = parallel.pad_tables(torch.rand(6, 1, 4), torch.rand(6, 1, 4), 8, seq_dim=-3)
+    assert c.shape == (8, 1, 4) and torch.equal(c[6:], torch.ones(2, 1, 4)) and torch.equal(s[6:], torch.zeros(2, 1, 4))
+    with pytest.raises(ValueError, match="same positions"):
+        parallel.pad_tables(torch.rand(6, 8), torch.rand(5, 8), 8)
+    with pytest.raises(ValueError, match="less than"):
+        parallel.pad_tables(torch.rand(6, 8), torch.rand(6, 8), 4)
+    with pytest.raises(ValueError, match="out of range"):
+        parallel.pad_tables(torch.rand(6, 8), torch.rand(6, 8), 8, seq_dim=3)
+    with pytest.raises(TypeError, match="seq_len"):
+        parallel.pad_tables(torch.rand(6, 8), torch.rand(6, 8), 8.0)
+    c = torch.rand(6, 8)
+    assert parallel.pad_tables(c, c, 6)[0] is c

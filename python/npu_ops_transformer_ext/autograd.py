@@ -68,15 +68,33 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _reduce_to(t: Tensor, shape) -> Tensor:
-    """Sum ``t`` (x's shape) down to ``shape``, a shape that broadcasts to it."""
-    lead = t.dim() - len(shape)
-    if lead > 0:
-        t = t.sum(dim=tuple(range(lead)))
-    dims = tuple(i for i, n in enumerate(shape) if n == 1 and t.shape[i] != 1)
-    if dims:
-        t = t.sum(dim=dims, keepdim=True)
+def _tree_sum(t: Tensor, dim: int) -> Tensor:
+    """Sum ``t`` along ``dim`` (kept, size 1) as a pairwise tree, as ``tree_sum`` in
+    ``rope_matrix_autograd.cpp``: each element's order of additions depends on ``t.shape[dim]``
+    alone, so a sequence-parallel rank gets the bits of a single-process run."""
+    if t.shape[dim] == 0:
+        return t.sum(dim=dim, keepdim=True)
+    rest, before = [], (slice(None),) * dim
+    while t.shape[dim] > 1:
+        n = t.shape[dim]
+        if n % 2:
+            rest.append(t.narrow(dim, n - 1, 1))
+        t = t[before + (slice(0, n - 1, 2),)] + t[before + (slice(1, n, 2),)]
+    for r in rest:
+        t = t + r
     return t
+
+
+def _reduce_to(t: Tensor, shape) -> Tensor:
+    """Sum ``t`` (x's shape) down to ``shape``, a shape that broadcasts to it, dimension by
+    dimension in ascending order, each with ``_tree_sum`` (as ``reduce_to`` in C++)."""
+    lead = t.dim() - len(shape)
+    reduced = False
+    for i in range(t.dim()):
+        if (i < lead or shape[i - lead] == 1) and t.shape[i] != 1:
+            t = _tree_sum(t, i)
+            reduced = True
+    return t.reshape(shape) if lead > 0 or reduced else t
 
 
 def pair_partner(y: Tensor) -> Tensor | None:

@@ -90,18 +90,21 @@ def wan_rope_tables(
     ``f*h*w`` get cos 1, sin 0 (``wan_rope_apply`` copies those tokens through). Cached per
     (freqs's contents, grids, seq_len, device): a hit compares ``freqs`` with a copy of the freqs
     the tables were built from, bit for bit, so a ``freqs`` changed in any way (in place,
-    through ``.data``, through a NumPy view) gets new tables.
+    through ``.data``, through a NumPy view) gets new tables. A ``freqs`` that requires grad (in
+    grad mode) bypasses the cache: its tables are built on every call, differentiable with
+    respect to ``freqs``, as Wan's complex product is.
     """
     grids = _wan_grids(grid_sizes)
     device = torch.device(device) if device is not None else freqs.device
+    grad = torch.is_grad_enabled() and isinstance(freqs, Tensor) and freqs.requires_grad
     key = (tuple(freqs.shape), freqs.dtype, str(freqs.device), tuple(grids), int(seq_len), str(device))
-    hit = _WAN_CACHE.get(key)
+    hit = None if grad else _WAN_CACHE.get(key)
     if hit is not None and same_bits(hit[0], freqs.detach()):
         _WAN_CACHE.move_to_end(key)
         return hit[1]
     c = freqs.shape[1]
     split = [c - 2 * (c // 3), c // 3, c // 3]
-    fr = freqs.detach().to("cpu")
+    fr = (freqs if grad else freqs.detach()).to("cpu")
     if not fr.is_complex():
         raise TypeError(f"wan_rope_tables: freqs must be complex [max_len, D/2], got {fr.dtype}")
     parts = fr.split(split, dim=1)
@@ -132,6 +135,8 @@ def wan_rope_tables(
         cos = torch.stack([by_grid[g][0] for g in grids])[:, :, None]
         sin = torch.stack([by_grid[g][1] for g in grids])[:, :, None]
     out = (cos.to(device), sin.to(device))
+    if grad:
+        return out
     _WAN_CACHE[key] = (freqs.detach().clone(), out)
     while len(_WAN_CACHE) > _WAN_CACHE_SIZE:
         _WAN_CACHE.popitem(last=False)

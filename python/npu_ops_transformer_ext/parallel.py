@@ -52,13 +52,20 @@ def _seq_dim(fn: str, t, dim) -> int:
     return dim % t.dim()
 
 
-def _chunks(seq_len: int, world_size: int, rank: int, mode: str) -> list[tuple[int, int]]:
-    """(start, length) pieces of the global sequence held by ``rank``, in local order."""
-    seq_len, world_size, rank = _int("seq_len", seq_len), _int("world_size", world_size), _int("rank", rank)
+def _split(world_size: int, rank: int, mode: str) -> tuple[int, int]:
+    """``(world_size, rank)`` checked, with ``mode``."""
+    world_size, rank = _int("world_size", world_size), _int("rank", rank)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"need 0 <= rank < world_size, got rank {rank}, world_size {world_size}")
+    return world_size, rank
+
+
+def _chunks(seq_len: int, world_size: int, rank: int, mode: str) -> list[tuple[int, int]]:
+    """(start, length) pieces of the global sequence held by ``rank``, in local order."""
+    seq_len = _int("seq_len", seq_len)
+    world_size, rank = _split(world_size, rank, mode)
     parts = world_size if mode == "contiguous" else 2 * world_size
     if seq_len % parts:
         raise ValueError(
@@ -78,8 +85,10 @@ def shard_indices(seq_len: int, world_size: int, rank: int, mode: str = "contigu
 
 def shard(t: Tensor, world_size: int, rank: int, dim: int, mode: str = "contiguous") -> Tensor:
     """``rank``'s rows of ``t`` along ``dim`` (a view for contiguous, a copy for zigzag). A size-1
-    ``dim`` (a table broadcast along the sequence) is returned unchanged."""
+    ``dim`` (a table broadcast along the sequence) is returned unchanged: a sequence of one
+    token cannot be split, so shard only tables that way."""
     dim = _seq_dim("shard", t, dim)
+    _split(world_size, rank, mode)
     if t.shape[dim] == 1:
         return t
     pieces = [t.narrow(dim, s, n) for s, n in _chunks(t.shape[dim], world_size, rank, mode)]
@@ -96,17 +105,42 @@ def shard_tables(
 ) -> tuple[Tensor, Tensor]:
     """``(cos_local, sin_local)``: the rows of the tables for ``rank``'s positions. ``seq_dim`` is
     the table's sequence dim: -2 for ``[S, D]`` / ``[1, 1, S, D]`` (BNSD), -3 for ``[S, 1, D]`` /
-    ``[1, S, 1, D]`` (BSND)."""
-    return shard(cos, world_size, rank, seq_dim, mode), shard(sin, world_size, rank, seq_dim, mode)
+    ``[1, S, 1, D]`` (BSND). A table broadcast along the sequence (size 1 at ``seq_dim``, or a
+    ``[D]`` table with no such dim) is returned unchanged."""
+    return _shard_table(cos, world_size, rank, seq_dim, mode), _shard_table(sin, world_size, rank, seq_dim, mode)
+
+
+def _has_seq_dim(t, seq_dim) -> bool:
+    """False for a table broadcast along S by having too few dims (a ``[D]`` table for seq_dim -2)."""
+    return not (isinstance(t, Tensor) and isinstance(seq_dim, numbers.Integral) and not isinstance(seq_dim, bool)
+                and seq_dim < 0 and t.dim() < -seq_dim)
+
+
+def _shard_table(t, world_size, rank, seq_dim, mode):
+    if _has_seq_dim(t, seq_dim):
+        return shard(t, world_size, rank, seq_dim, mode)
+    _split(world_size, rank, mode)
+    return t
 
 
 def unshard(parts: Sequence[Tensor], dim: int, mode: str = "contiguous") -> Tensor:
     """Inverse of ``shard``: the ranks' shards (in rank order, e.g. from ``all_gather``) back in
-    position order along ``dim``."""
-    if mode == "contiguous":
-        return torch.cat(list(parts), dim=dim)
-    if mode != "zigzag":
+    position order along ``dim``. The parts must be the same size along ``dim`` (an even size for
+    zigzag), as ``shard`` makes them."""
+    if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    parts = list(parts)
+    if not parts or not all(isinstance(p, Tensor) for p in parts):
+        raise TypeError(f"unshard: parts must be a non-empty sequence of tensors, one per rank, got {parts!r:.80}")
+    dim = _seq_dim("unshard", parts[0], dim)
+    sizes = [p.shape[dim] if p.dim() == parts[0].dim() else None for p in parts]
+    if len(set(sizes)) != 1 or sizes[0] is None or (mode == "zigzag" and sizes[0] % 2):
+        raise ValueError(
+            f"unshard: the parts' sizes along dim {dim} are {sizes}; shard gives every rank the same "
+            f"number of rows{' (an even number: two chunks)' if mode == 'zigzag' else ''}"
+        )
+    if mode == "contiguous":
+        return torch.cat(parts, dim=dim)
     firsts, seconds = [], []
     for p in parts:
         a, b = p.chunk(2, dim=dim)
@@ -119,13 +153,31 @@ def pad_tables(cos: Tensor, sin: Tensor, seq_len: int, seq_dim: int = -2) -> tup
     """Extend tables along ``seq_dim`` to ``seq_len`` rows with the identity (cos 1, sin 0), as Wan
     pads its freqs with ones: a padding token comes out as ``x*1 + partner*0``, which is x for
     finite values but turns a -0 into +0 where the partner is positive and gives NaN where the
-    partner is Inf or NaN (the matrix is shared by every token). Copy the padding tokens back
-    if their values must be kept bit for bit."""
-    n = cos.shape[seq_dim]
-    if n >= seq_len:
-        return cos, sin
-    shape = list(cos.shape)
-    shape[seq_dim] = seq_len - n
-    one = torch.ones(shape, dtype=cos.dtype, device=cos.device)
-    zero = torch.zeros(shape, dtype=sin.dtype, device=sin.device)
-    return torch.cat([cos, one], dim=seq_dim), torch.cat([sin, zero], dim=seq_dim)
+    partner is Inf or NaN (the matrix is shared by every token; with a dense matrix, also where
+    ``x @ mat`` overflows). Copy the padding tokens back if their values must be kept bit for
+    bit. A table broadcast along the sequence (size 1 at ``seq_dim``, or a ``[D]`` table with no
+    such dim) is returned unchanged; ``seq_len`` must be at least the tables' length."""
+    seq_len = _int("seq_len", seq_len)
+    out, lengths = [], {}
+    for name, t in (("cos", cos), ("sin", sin)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"pad_tables: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if _has_seq_dim(t, seq_dim):
+            dim = _seq_dim(f"pad_tables ({name})", t, seq_dim)
+            if t.shape[dim] != 1:
+                lengths[name] = t.shape[dim]
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"pad_tables: cos and sin have {lengths['cos']} and {lengths['sin']} rows along "
+                         f"seq_dim {seq_dim}; they must be tables of the same positions")
+    n = next(iter(lengths.values()), None)
+    if n is not None and seq_len < n:
+        raise ValueError(f"pad_tables: seq_len {seq_len} is less than the tables' {n} rows along seq_dim {seq_dim}")
+    for name, t, fill in (("cos", cos, 1), ("sin", sin, 0)):
+        if name not in lengths or seq_len == n:
+            out.append(t)
+            continue
+        dim = _seq_dim(f"pad_tables ({name})", t, seq_dim)
+        shape = list(t.shape)
+        shape[dim] = seq_len - n
+        out.append(torch.cat([t, torch.full(shape, fill, dtype=t.dtype, device=t.device)], dim=dim))
+    return out[0], out[1]
