@@ -106,6 +106,27 @@ def test_wan_rope_apply_sequence_parallel_shards():
     assert torch.equal(last.view(torch.int32), x[:, 12:].view(torch.int32))
 
 
+def test_wan_rope_apply_gradient_of_freqs():
+    """A freqs that requires grad gets the gradient of Wan's complex product (the tables are then
+    built per call, not cached), for samples with different grids and padding."""
+    d = 24
+    grids = torch.tensor([[1, 2, 2], [2, 1, 2]])
+    x = torch.randn(2, 6, 2, d, dtype=F64).float()
+    g = torch.randn(2, 6, 2, d)
+    freqs = _wan_freqs(d).requires_grad_()
+    models.wan_rope_apply(x.requires_grad_(), grids, freqs).backward(g)
+    got, got_x = freqs.grad.clone(), x.grad.clone()
+    freqs.grad, x.grad = None, None
+    _wan_golden(x, grids, freqs).backward(g)
+    assert got.abs().max() > 0
+    torch.testing.assert_close(got, freqs.grad, rtol=0, atol=1e-5 * freqs.grad.abs().max().item())
+    torch.testing.assert_close(got_x, x.grad, rtol=0, atol=1e-6)
+    # no grad mode: cached tables, no graph
+    with torch.no_grad():
+        a = models.wan_rope_tables(grids, freqs, 6)
+        assert models.wan_rope_tables(grids, freqs, 6) is a and not a[0].requires_grad
+
+
 def test_wan_tables_cache_follows_freqs():
     freqs = _wan_freqs(24)
     a = models.wan_rope_tables([[1, 2, 2]], freqs, 4)
