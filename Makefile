@@ -1,4 +1,6 @@
-# Shortcuts; the scripts are what README and CI run.
+# Shortcuts; the scripts are what README and CI run. Every target runs in the environment the
+# scripts use (scripts/env.sh: the project venv .venv unless USE_ACTIVE_ENV=1 or NPU_OPS_VENV=dir).
+IN_ENV = bash -c 'set -e; source scripts/env.sh >/dev/null; "$$PY" "$$@"' _
 .PHONY: install test main bench bench-cpu lint dev
 
 install:
@@ -11,16 +13,16 @@ main:
 	bash scripts/main.sh
 
 bench:
-	python -m npu_ops_transformer_ext.bench
+	$(IN_ENV) -m npu_ops_transformer_ext.bench
 
 # The README's CPU figures: three sweep runs, their spread and plot, decode per-call (quiet machine).
 bench-cpu:
 	bash scripts/bench_cpu.sh
 
-# In-place build for development: PYTHONPATH=python python -m pytest tests
+# In-place build for development: PYTHONPATH=python .venv/bin/python -m pytest tests
 dev:
-	python setup.py build_ext --inplace
+	$(IN_ENV) setup.py build_ext --inplace
 
 lint:
-	ruff check python tests benchmarks
+	$(IN_ENV) -m ruff check python tests benchmarks
 

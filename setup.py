@@ -11,6 +11,7 @@ The wheel requires the torch release it was built against (``torch_requirement``
 is compiled against that torch's C++ ABI, which changes between releases.
 """
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 
 ROOT = Path(__file__).resolve().parent
 
@@ -38,18 +40,27 @@ def _build_torch_version() -> str:
     return str(torch.__version__)
 
 
+REVISION_FILE = "GIT_REVISION"  # written into the sdist: the revision it was made from
+
+
 def _git_revision() -> str:
-    """Short hash of the source tree's HEAD (``+dirty`` with changes to tracked files), or ""."""
+    """Short hash of the source tree's HEAD (``+dirty`` with changes to tracked files) when the
+    tree is a git checkout of its own (not a folder inside another repository), else the revision
+    an sdist recorded, else ""."""
     try:
         run = lambda *a: subprocess.run(
             ["git", *a], cwd=ROOT, capture_output=True, text=True, timeout=10, check=False
         ).stdout.strip()
-        sha = run("rev-parse", "--short", "HEAD")
-        if sha and run("status", "--porcelain", "--untracked-files=no"):
-            sha += "+dirty"
-        return sha
+        top = run("rev-parse", "--show-toplevel")
+        if top and Path(top).resolve() == ROOT:
+            sha = run("rev-parse", "--short", "HEAD")
+            if sha and run("status", "--porcelain", "--untracked-files=no"):
+                sha += "+dirty"
+            return sha
     except (OSError, subprocess.SubprocessError):
-        return ""
+        pass
+    recorded = ROOT / REVISION_FILE
+    return recorded.read_text().strip() if recorded.is_file() else ""
 
 
 class BuildPy(build_py):
@@ -63,6 +74,14 @@ class BuildPy(build_py):
         target.write_text(f'GIT_REVISION = "{_git_revision()}"\n')
 
 
+class Sdist(sdist):
+    """Also writes the git revision into the sdist (``GIT_REVISION``), for the wheels built from it."""
+
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, files)
+        (Path(base_dir) / REVISION_FILE).write_text(_git_revision() + "\n")
+
+
 class CMakeExtension(Extension):
     def __init__(self, name):
         super().__init__(name, sources=[])
@@ -74,7 +93,15 @@ class CMakeBuild(build_ext):
         package_dir = Path(self.get_ext_fullpath(ext.name)).resolve().parent
         package_dir.mkdir(parents=True, exist_ok=True)
         build_dir = Path(self.build_temp).resolve() / "cmake"
+        # A build tree configured by another interpreter or torch keeps that torch in its CMake
+        # cache: start afresh, so the extension is compiled against the torch it will require.
+        import torch
+
+        stamp, env = build_dir / "npu_ops_build_env.txt", f"{sys.executable}\n{torch.__file__}\n{torch.__version__}\n"
+        if build_dir.exists() and (not stamp.is_file() or stamp.read_text() != env):
+            shutil.rmtree(build_dir)
         build_dir.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(env)
         build_type = os.environ.get("NPU_OPS_BUILD_TYPE", "Release")
         jobs = os.environ.get("NPU_OPS_JOBS", str(os.cpu_count() or 1))
         subprocess.check_call(
@@ -101,5 +128,5 @@ class CMakeBuild(build_ext):
 setup(
     install_requires=[torch_requirement(_build_torch_version())],
     ext_modules=[CMakeExtension("npu_ops_transformer_ext._C")],
-    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy},
+    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy, "sdist": Sdist},
 )

@@ -8,10 +8,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 "$PY" -m pip install -q -r requirements-dev.txt
-if [ "${NPU_OPS_OPTIONAL:-0}" = 1 ]; then
-  "$PY" -m pip install -q -r requirements-optional.txt
-fi
-rm -rf dist
+case "${NPU_OPS_OPTIONAL:-0}" in
+  1) "$PY" -m pip install -q -r requirements-optional.txt ;;
+  0) ;;
+  *) echo "error: NPU_OPS_OPTIONAL must be 0 (default) or 1 (also install requirements-optional.txt), got '${NPU_OPS_OPTIONAL}'" >&2
+     exit 1 ;;
+esac
+# build/lib* holds the package as the last build copied it: a module since deleted or renamed would
+# stay in the wheel. The compiled objects (build/temp*) stay, so only what changed is recompiled.
+rm -rf dist build/lib* build/bdist*
 "$PY" -m build --wheel -n
 "$PY" -m pip install -q --force-reinstall --no-deps dist/*.whl
 "$PY" -c "import npu_ops_transformer_ext as m; print('installed npu_ops_transformer_ext', m.__version__)"

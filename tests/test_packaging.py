@@ -5,8 +5,11 @@ import ast
 import importlib
 import importlib.metadata
 import inspect
+import os
+import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import npu_ops_transformer_ext as pkg
@@ -18,13 +21,87 @@ SETUP = ROOT / "setup.py"
 needs_source = pytest.mark.skipif(not SETUP.exists(), reason="needs the source tree (setup.py)")
 
 
-def _torch_requirement():
-    """setup.py's torch_requirement, without running setup()."""
+def _setup_fn(name, **module_globals):
+    """setup.py's function ``name``, without running setup(), with ``module_globals`` as its globals."""
     tree = ast.parse(SETUP.read_text())
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "torch_requirement")
-    ns = {}
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    ns = dict(module_globals)
     exec(compile(ast.Module(body=[fn], type_ignores=[]), str(SETUP), "exec"), ns)  # noqa: S102  (our own setup.py function, without running setup())
-    return ns["torch_requirement"]
+    return ns[name]
+
+
+def _torch_requirement():
+    return _setup_fn("torch_requirement")
+
+
+def _git(*args, cwd):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=cwd,
+                          check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+
+
+def _tracked_files():
+    r = subprocess.run(["git", "ls-files"], check=False, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    if r.returncode or not r.stdout.strip() or Path(_git("rev-parse", "--show-toplevel", cwd=ROOT)).resolve() != ROOT:
+        pytest.skip("needs the project's git checkout")
+    return r.stdout.split()
+
+
+# What building the wheel from the sdist needs, and what the tests need: all of it must be in the sdist.
+_SDIST_DIRS = {"cmake", "cpu_kernel", "validation", "twin", "inc", "op_host", "op_kernel", "python", "tests",
+               "scripts", "docs"}
+_SDIST_TOP = {"CMakeLists.txt", "setup.py", "pyproject.toml", "LICENSE", "README.md", "Makefile", "npu_ops_def.cpp",
+              "rope_matrix_autograd.cpp", "torch_interface.cpp", "requirements-dev.txt",
+              "requirements-optional.txt", "requirements-npu.txt"}
+
+
+@needs_source
+def test_sdist_holds_the_build_and_cmake_configures_from_it(tmp_path):
+    tracked = _tracked_files()
+    # From a clone with the working tree's files: an egg-info left in the tree by an earlier build
+    # lists files that sdist would take even without MANIFEST.in.
+    tree = tmp_path / "tree"
+    _git("clone", "-q", str(ROOT), str(tree), cwd=tmp_path)
+    for f in tracked:
+        if (ROOT / f).is_file():
+            shutil.copy2(ROOT / f, tree / f)
+    subprocess.run([sys.executable, "-m", "build", "--sdist", "-n", "-o", str(tmp_path / "dist")], cwd=tree,
+                   check=True, capture_output=True, timeout=300)
+    (tar_path,) = (tmp_path / "dist").glob("*.tar.gz")
+    with tarfile.open(tar_path) as tar:
+        names = tar.getnames()
+        tar.extractall(tmp_path / "src", filter="data")
+    top = names[0].split("/")[0]
+    have = {n.split("/", 1)[1] for n in names if "/" in n}
+    needed = [f for f in tracked if f in _SDIST_TOP or f.split("/")[0] in _SDIST_DIRS]
+    assert [f for f in needed if f not in have] == []
+    src = tmp_path / "src" / top
+    # the revision it was made from, for the wheels built from it
+    want = _git("rev-parse", "--short", "HEAD", cwd=ROOT)
+    assert (src / "GIT_REVISION").read_text().strip().split("+")[0] == want
+    # CMake configures and generates from the unpacked sdist: every source it compiles is there.
+    cmake = shutil.which("cmake", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    r = subprocess.run([cmake, "-S", str(src), "-B", str(tmp_path / "build"), f"-DPython3_EXECUTABLE={sys.executable}",
+                        f"-DNPU_OPS_PACKAGE_DIR={tmp_path / 'pkg'}"], check=False, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+def test_git_revision_only_of_the_project_own_checkout(tmp_path):
+    """A source tree inside another repository (a vendored tarball) does not take that repository's
+    revision; it takes the one an sdist recorded, or none."""
+    outer, inner = tmp_path / "outer", tmp_path / "outer" / "vendor" / "pkg"
+    inner.mkdir(parents=True)
+    _git("init", "-q", cwd=outer)
+    _git("commit", "-q", "--allow-empty", "-m", "other", cwd=outer)
+    rev = _setup_fn("_git_revision", ROOT=inner.resolve(), Path=Path, subprocess=subprocess, REVISION_FILE="GIT_REVISION")
+    assert rev() == ""
+    (inner / "GIT_REVISION").write_text("abc1234\n")
+    assert rev() == "abc1234"
+    _git("init", "-q", cwd=inner)
+    _git("add", "GIT_REVISION", cwd=inner)
+    _git("commit", "-q", "-m", "own", cwd=inner)
+    assert rev() == _git("rev-parse", "--short", "HEAD", cwd=inner)
+    (inner / "GIT_REVISION").write_text("changed\n")
+    assert rev() == _git("rev-parse", "--short", "HEAD", cwd=inner) + "+dirty"
 
 
 @needs_source
