@@ -111,9 +111,10 @@ def shard_tables(
 
 
 def _has_seq_dim(t, seq_dim) -> bool:
-    """False for a table broadcast along S by having too few dims (a ``[D]`` table for seq_dim -2)."""
-    return not (isinstance(t, Tensor) and isinstance(seq_dim, numbers.Integral) and not isinstance(seq_dim, bool)
-                and seq_dim < 0 and t.dim() < -seq_dim)
+    """False for a ``[D]`` table (broadcast along S, with no sequence dim). A table of more dims
+    must have ``seq_dim``: an ``[S, D]`` table given seq_dim -3 is a BNSD table passed as BSND."""
+    return not (isinstance(t, Tensor) and t.dim() == 1 and isinstance(seq_dim, numbers.Integral)
+                and not isinstance(seq_dim, bool) and seq_dim <= -2)
 
 
 def _shard_table(t, world_size, rank, seq_dim, mode):
