@@ -133,6 +133,26 @@ def test_sweep_tiny_grid(tmp_path, capsys):
     assert png.stat().st_size > 1000
 
 
+@pytest.mark.parametrize("table_dtype", ["same", "float32"])
+def test_sweep_gbps_counts_the_bytes_of_each_provider(tmp_path, table_dtype):
+    # GB/s of every row is the bytes its call moves over its median time: x read and written (q and
+    # k both for rope_matrix_qk and limit_qk), the two tables read once (limit_qk's was half that)
+    csv_path = tmp_path / "g.csv"
+    sweep.main(["--sizes", "16,48", "--dtypes", "bfloat16,float32", "--layouts", "bnsd,bsnd", "--modes", "half",
+                "--threads", "1", "--heads", "2", "--dim", "64", "--table-dtype", table_dtype, "--warmup", "0",
+                "--iters", "2", "--min-time", "0", "--csv", str(csv_path), "--plot", "", "--quiet"])
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    assert {r["provider"] for r in rows} == {"rope_matrix", "rope_matrix_qk", "limit", "limit_qk", "copy_"}
+    for r in rows:
+        s, elem = int(r["S"]), torch.finfo(getattr(torch, r["dtype"])).bits // 8
+        table_elem = torch.finfo(getattr(torch, r["table_dtype"])).bits // 8
+        assert int(r["x_bytes"]) == s * 2 * 64 * elem
+        tensors = 2 if r["provider"] in ("rope_matrix_qk", "limit_qk") else 1
+        moved = 2 * int(r["x_bytes"]) * tensors + 2 * s * 64 * table_elem
+        assert float(r["gbps"]) == pytest.approx(moved / float(r["median_ms"]) / 1e6, rel=2e-3), r
+
+
 def test_sweep_rejects_unknown_values():
     with pytest.raises(SystemExit):
         sweep.main(["--dtypes", "int8"])

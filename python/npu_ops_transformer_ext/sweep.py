@@ -232,7 +232,6 @@ def run_sweep(
                 tab = {"bnsd": (sin, cos), "bsnd": (sin[:, None, :], cos[:, None, :])}
                 ys = {m: mode_matrix(MODES[m][0], _cli.mode_sections(m, MODES, dim), dtype=dtype) for m in modes}
                 x_bytes = xs["bnsd"].numel() * xs["bnsd"].element_size()
-                t_bytes = sin.numel() * sin.element_size() + cos.numel() * cos.element_size()
                 for nthreads in counts:
                     torch.set_num_threads(nthreads)
                     lay0 = layouts[0]
@@ -272,7 +271,7 @@ def run_sweep(
                     for key, (med, p20, p80, low) in res.items():
                         prov, lay, m = key.split("|")
                         lim = limit_ms[limit_of(prov)]
-                        moved = 2 * x_bytes * (2 if limit_of(prov) == "limit_qk" else 1) + t_bytes
+                        moved = moved_bytes(prov, xs["bnsd"], (sin, cos))  # q + k for limit_qk too
                         rows.append({
                             "S": s, "x_bytes": x_bytes, "dtype": dname,
                             "table_dtype": str(tdtype).replace("torch.", ""), "layout": lay, "mode": m,
