@@ -311,6 +311,40 @@ def test_summarize_refuses_what_is_not_a_sweep_csv(tmp_path, capsys):
     assert "2 runs" in capsys.readouterr().out
 
 
+def _rows_csv(path, cols, rows):
+    base = {"S": 256, "x_bytes": 1 << 20, "dtype": "bfloat16", "table_dtype": "bfloat16", "layout": "bnsd",
+            "mode": "half", "provider": "rope_matrix", "median_ms": 0.1}
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[*base, "threads", *cols])
+        w.writeheader()
+        for r in rows:
+            w.writerow({**base, **r})
+    return str(path)
+
+
+def test_summarize_runs_with_different_columns_and_thread_counts(tmp_path, capsys):
+    # An older CSV without x_limit_nt beside a newer one with it, and thread counts that only one
+    # of them has: each table counts the runs it comes from (was: a KeyError on x_limit_nt, the
+    # thread counts of the first CSV only, and "2 runs" over cells of one)
+    old = _rows_csv(tmp_path / "old.csv", ["x_limit", "x_limit_min"],
+                    [{"threads": 1, "x_limit": 1.5, "x_limit_min": 1.4}])
+    new = _rows_csv(tmp_path / "new.csv", ["x_limit", "x_limit_min", "x_limit_nt"],
+                    [{"threads": 1, "x_limit": 1.7, "x_limit_min": 1.6, "x_limit_nt": 1.2},
+                     {"threads": 2, "x_limit": 1.1, "x_limit_min": 1.0, "x_limit_nt": 0.9}])
+    for paths in ([old, new], [new, old]):
+        assert len(sweep.main(["--summarize", *paths, "--plot", ""])) == 2
+        out = capsys.readouterr().out
+        tables = {t.splitlines()[0]: t.splitlines()[-1] for t in out.strip().split("\n\n")}
+        heads = [h.split(";")[0] for h in tables]
+        assert heads == ["threads = 1, 2 runs", "threads = 1, 2 runs",
+                         (f"threads = 1, time ÷ the streaming-store copy alone, medians: leaving out {old} "
+                          "(no x_limit_nt column)"),
+                         "threads = 2, 1 run", "threads = 2, 1 run", "threads = 2, 1 run"], out
+        lines = list(tables.values())
+        assert lines[0] == "| 256 | 1.60 (1.50–1.70) |" and lines[2] == "| 256 | 1.20 (1.20–1.20) |"
+        assert lines[3] == "| 256 | 1.10 (1.10–1.10) |"
+
+
 def test_sweep_output_paths_are_checked_before_the_run(tmp_path, capsys):
     # an image format matplotlib does not write, or a CSV path that is a directory or under a file,
     # is an option error (exit 2) before any cell runs (was: the whole sweep, then a traceback)

@@ -352,8 +352,13 @@ def summary(rows: Sequence[dict], stat: str = "x_limit", threads: int | None = N
 
 def _worst(rows, stat, s, d, lay, nt):
     v = [float(r[stat]) for r in rows if int(r["S"]) == s and r["dtype"] == d and r["layout"] == lay
-         and r["provider"] == "rope_matrix" and int(r["threads"]) == nt]
+         and r["provider"] == "rope_matrix" and int(r["threads"]) == nt and r.get(stat) not in (None, "")]
     return max(v) if v else None
+
+
+def _has(rows: Sequence[dict], stat: str, nt: int) -> bool:
+    """Whether a run has rows at ``nt`` threads with a value of the column ``stat``."""
+    return any(int(r["threads"]) == nt and r.get(stat) not in (None, "") for r in rows)
 
 
 def spread_table(
@@ -361,9 +366,11 @@ def spread_table(
 ) -> str:
     """Like ``summary`` over several runs (lists of rows, e.g. read back from their CSVs): each cell
     is "median of the runs (min–max)" of the worst mode's ratio, so the spread between repeated
-    runs is visible."""
+    runs is visible. Only the runs with rows at that thread count and a ``stat`` column take part
+    (the header counts those)."""
+    nt = threads or max(int(r["threads"]) for rows in runs for r in rows)
+    runs = [rows for rows in runs if _has(rows, stat, nt)]
     all_rows = [r for rows in runs for r in rows]
-    nt = threads or max(int(r["threads"]) for r in all_rows)
     cols = sorted({(r["dtype"], r["layout"]) for r in all_rows if r["provider"] == "rope_matrix"})
     sizes = sorted({int(r["S"]) for r in all_rows})
     lines = ["| S | " + " | ".join(f"{d} {lay.upper()}" for d, lay in cols) + " |", "|" + "---|" * (len(cols) + 1)]
@@ -373,7 +380,7 @@ def spread_table(
             v = sorted(w for w in (_worst(rows, stat, s, d, lay, nt) for rows in runs) if w is not None)
             cell.append(f"{statistics.median(v):.2f} ({v[0]:.2f}–{v[-1]:.2f})" if v else "")
         lines.append(f"| {s} | " + " | ".join(cell) + " |")
-    return (f"threads = {nt}, {len(runs)} runs; worst mode per cell, {_STATS[stat]}: median of the "
+    return (f"threads = {nt}, {len(runs)} run{'s' * (len(runs) != 1)}; worst mode per cell, {_STATS[stat]}: median of the "
             f"runs (min–max)\n" + "\n".join(lines))
 
 
@@ -513,8 +520,17 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
                 runs.append(_read_sweep_csv(path))
             except (OSError, ValueError) as e:
                 ap.error(f"--summarize: {e}")
-        for nt in sorted({int(r["threads"]) for r in runs[0]}):
-            for stat in (v for v in _STATS if v in runs[0][0]):
+        # every thread count of any run; a statistic over the runs that have it (older CSVs have
+        # no x_limit_min or x_limit_nt), saying which runs are left out
+        for nt in sorted({int(r["threads"]) for rows in runs for r in rows}):
+            at_nt = [path for path, rows in zip(a.summarize, runs) if any(int(r["threads"]) == nt for r in rows)]
+            for stat, what in _STATS.items():
+                have = [path for path, rows in zip(a.summarize, runs) if _has(rows, stat, nt)]
+                if not have:
+                    continue
+                missing = [path for path in at_nt if path not in have]
+                if missing:
+                    print(f"threads = {nt}, {what}: leaving out {', '.join(missing)} (no {stat} column)")
                 print(spread_table(runs, stat, nt) + "\n")
         if a.plot:
             merged = [r for rows in runs for r in rows]
