@@ -204,6 +204,7 @@ def main(argv: Sequence[str] | None = None) -> object:
         return npu_model.main([v for v in args if v != "--npu-model"])
     ap = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.bench",
+        allow_abbrev=False,  # an abbreviation (--swe for --sweep) would slip past the hand-off checks
         description=__doc__,
         formatter_class=_cli.HelpFormatter,
     )

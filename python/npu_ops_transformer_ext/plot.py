@@ -100,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     exits with 2 through ``argparse``'s ``error``)."""
     ap = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.plot",
+        allow_abbrev=False,  # options by their whole names only (as bench, whose hand-offs need it)
         description=__doc__,
         formatter_class=_cli.HelpFormatter,
     )

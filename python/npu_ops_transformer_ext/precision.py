@@ -148,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     2 through ``argparse``'s ``error``)."""
     p = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.precision",
+        allow_abbrev=False,  # options by their whole names only (as bench, whose hand-offs need it)
         description=__doc__,
         formatter_class=_cli.HelpFormatter,
     )

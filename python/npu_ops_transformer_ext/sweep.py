@@ -485,6 +485,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
 
     ap = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.sweep",
+        allow_abbrev=False,  # options by their whole names only (as bench, whose hand-offs need it)
         description=__doc__.split("\n")[0],
         formatter_class=_cli.HelpFormatter,
     )

@@ -65,6 +65,7 @@ def plot(trace: str, out: str, cores: Sequence[str] = ("AIC_0", "AIV_0", "AIV_1"
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line: ``python -m npu_ops_transformer_ext.timeline_plot --help``."""
     ap = argparse.ArgumentParser(prog="python -m npu_ops_transformer_ext.timeline_plot", description=__doc__,
+                                 allow_abbrev=False,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("trace", help="Chrome trace JSON written by twin.run(..., timeline=True, trace=...)")
     ap.add_argument("--cores", default="AIC_0,AIV_0,AIV_1", help="comma list of core names to draw")
