@@ -87,12 +87,15 @@ def image_formats() -> list[str]:
 
 def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image: bool = False) -> None:
     """``ap.error`` naming ``option`` unless ``path`` can be written, checked before a run: it is
-    not an existing directory, and its folder exists or can be created (the nearest existing
-    ancestor is a writable directory, and the folder is created here, before the run).
-    ``image``: its extension must also be a format matplotlib's ``savefig`` writes (none:
-    matplotlib's default, PNG)."""
+    a file name (not an existing directory, not ending in a path separator), its folder exists or
+    can be created (the nearest existing ancestor is a writable directory, and the folder is
+    created here, before the run), and the file can be created there (opened for appending, and
+    removed again when it did not exist before). ``image``: its extension must also be a format
+    matplotlib's ``savefig`` writes (none: matplotlib's default, PNG)."""
     if not path:
         ap.error(f"{option}: give a file name")
+    if path.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
+        ap.error(f"{option} {path} ends with a path separator; give a file name")
     if os.path.isdir(path):
         ap.error(f"{option} {path} is a directory; give a file name")
     if image:
@@ -114,6 +117,17 @@ def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
         ap.error(f"{option} {path}: cannot create its folder {folder}: {e.strerror or e}")
+    existed = os.path.lexists(path)
+    try:  # nor whether this folder takes the file (/proc, root's files on a read-only mount, ...)
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        ap.error(f"{option} {path}: cannot write it: {e.strerror or e}")
+    if not existed:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
 
 
 def add_progress_option(ap: argparse.ArgumentParser) -> None:
