@@ -82,3 +82,44 @@ def test_bench_and_sweep_refuse_an_unwritable_csv_before_running(csv_path, tmp_p
         captured = capsys.readouterr()
         assert e.value.code == 2 and f"--csv {csv_path}" in captured.err
         assert captured.out == ""  # nothing ran
+
+
+def test_every_accepted_image_format_is_written(tmp_path):
+    # each extension the checks accept is one savefig writes here, with no external program (pgf
+    # runs LaTeX, and was accepted)
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from npu_ops_transformer_ext import _cli
+
+    formats = _cli.image_formats()
+    assert "pgf" not in formats and "png" in formats and "pgf" not in _cli.IMAGE_FORMATS
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.plot([1, 2], [1, 3])
+    ax.set_title("time ÷ limit")
+    for ext in formats:
+        fig.savefig(tmp_path / f"a.{ext}")
+        assert (tmp_path / f"a.{ext}").stat().st_size > 0, ext
+    plt.close(fig)
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("b1noext", "has no extension to name its image format; end the name with one of ."),
+    ("dot.", "has no extension to name its image format"),
+    ("a.pgf", "'pgf' needs LaTeX; end the name with one of"),
+])
+def test_an_image_name_needs_an_extension_savefig_writes(name, message, tmp_path, capsys):
+    # was: b1noext written as b1noext.png while "wrote b1noext" was printed; a.pgf failing after the run
+    code, err = _check(tmp_path, tmp_path / name, capsys, image=True)
+    assert code == 2 and f"--out {tmp_path / name}" in err and message in err and ".png" in err, err
+    assert _check(tmp_path, tmp_path / "b.SVG", capsys, image=True) == (0, "")
+    src = tmp_path / "b.csv"
+    src.write_text("op,mode,provider,median_ms,x_copy\nrope_matrix,half,rope_matrix,0.1,1.0\n")
+    for main, argv in ((plot.main, [str(src), "-o", str(tmp_path / name)]),
+                       (sweep.main, ["--sizes", "16", "--csv", str(tmp_path / "s.csv"), "--plot", str(tmp_path / name)])):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2 and message in " ".join(capsys.readouterr().err.split())
+    assert list(tmp_path.iterdir()) == [src]

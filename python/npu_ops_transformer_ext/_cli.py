@@ -70,19 +70,21 @@ def mode_sections(name: str, modes: Any, d: int) -> list[int]:
     return [d] if sections is None else list(sections)
 
 
-#: The formats matplotlib's ``savefig`` writes out of the box (its canvas's ``get_supported_filetypes``),
-#: for checking an image path when matplotlib is not installed.
-IMAGE_FORMATS = ("eps", "jpeg", "jpg", "pdf", "pgf", "png", "ps", "raw", "rgba", "svg", "svgz", "tif", "tiff", "webp")
+#: The formats matplotlib's ``savefig`` writes out of the box (its canvas's ``get_supported_filetypes``,
+#: less ``NEEDS_PROGRAM``), for checking an image path when matplotlib is not installed.
+IMAGE_FORMATS = ("eps", "jpeg", "jpg", "pdf", "png", "ps", "raw", "rgba", "svg", "svgz", "tif", "tiff", "webp")
+#: Formats matplotlib lists that need an external program: pgf runs LaTeX (xelatex by default).
+NEEDS_PROGRAM = ("pgf",)
 
 
 def image_formats() -> list[str]:
-    """The file formats ``savefig`` can write: asked of matplotlib's canvas when it is installed,
-    else ``IMAGE_FORMATS``."""
+    """The file formats ``savefig`` can write without an external program: asked of matplotlib's
+    canvas when it is installed (less ``NEEDS_PROGRAM``), else ``IMAGE_FORMATS``."""
     try:
         from matplotlib.backend_bases import FigureCanvasBase
     except ImportError:
         return list(IMAGE_FORMATS)
-    return sorted(FigureCanvasBase.get_supported_filetypes())
+    return sorted(set(FigureCanvasBase.get_supported_filetypes()) - set(NEEDS_PROGRAM))
 
 
 def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image: bool = False) -> None:
@@ -90,8 +92,9 @@ def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image
     a file name (not an existing directory, not ending in a path separator), its folder exists or
     can be created (the nearest existing ancestor is a writable directory, and the folder is
     created here, before the run), and the file can be created there (opened for appending, and
-    removed again when it did not exist before). ``image``: its extension must also be a format
-    matplotlib's ``savefig`` writes (none: matplotlib's default, PNG)."""
+    removed again when it did not exist before). ``image``: it must also end in an extension that
+    names a format of ``image_formats`` (the format ``savefig`` writes; a name without one would be
+    written as ``name.png``)."""
     if not path:
         ap.error(f"{option}: give a file name")
     if path.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
@@ -101,9 +104,12 @@ def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image
     if image:
         ext = os.path.splitext(path)[1][1:].lower()
         formats = image_formats()
-        if ext and ext not in formats:
-            ap.error(f"{option} {path}: {ext!r} is not an image format matplotlib writes; end the name with "
-                     f"one of .{', .'.join(formats)}")
+        if not ext:
+            ap.error(f"{option} {path} has no extension to name its image format; end the name with one of "
+                     f".{', .'.join(formats)}")
+        if ext not in formats:
+            why = "needs LaTeX" if ext in NEEDS_PROGRAM else "is not an image format matplotlib writes"
+            ap.error(f"{option} {path}: {ext!r} {why}; end the name with one of .{', .'.join(formats)}")
     folder = os.path.dirname(os.path.abspath(path))
     existing = folder
     while not os.path.exists(existing):
