@@ -123,3 +123,21 @@ def test_an_image_name_needs_an_extension_savefig_writes(name, message, tmp_path
             main(argv)
         assert e.value.code == 2 and message in " ".join(capsys.readouterr().err.split())
     assert list(tmp_path.iterdir()) == [src]
+
+
+def test_a_refused_option_creates_no_output_folder(tmp_path, monkeypatch, capsys):
+    # the output checks create the outputs' folders, so they come after every other check (was:
+    # sweep --sizes abc created bench_results/ before refusing)
+    monkeypatch.chdir(tmp_path)
+    for argv in (["--sizes", "abc"], ["--threads", "x"], ["--dtypes", "int8"], ["--min-time", "nan"]):
+        with pytest.raises(SystemExit) as e:
+            sweep.main(argv)
+        assert e.value.code == 2, argv
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["--summarize", "missing.csv", "--plot", "out/s.png"])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        plot.main(["missing.csv", "-o", "out/b.png"])
+    assert e.value.code == 2
+    capsys.readouterr()
+    assert list(tmp_path.iterdir()) == []

@@ -108,7 +108,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-o", "--out", default="bench_results/rope_matrix_cpu.png",
                     help="image to write (the format follows the extension: png, svg, pdf)")
     a = ap.parse_args(argv)
-    _cli.check_output_path(ap, "--out", a.out, image=True)  # before reading or drawing anything
     try:
         read_csv(a.csv)  # a missing or unreadable file, or not a bench CSV: an option error (exit 2)
     except OSError as e:
@@ -117,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"{a.csv} is not a CSV file ({e})")
     except ValueError as e:
         ap.error(str(e))
+    _cli.check_output_path(ap, "--out", a.out, image=True)  # (creates its folder) before drawing anything
     try:
         fig = draw(a.csv)
     except ImportError as e:

@@ -510,10 +510,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
     ap.add_argument("--summarize", nargs="+", metavar="CSV",
                     help="do not run: print the spread over these CSVs of earlier runs and plot them together")
     a = ap.parse_args(argv)
-    if a.plot:  # output paths before anything runs (the plot is written last)
-        _cli.check_output_path(ap, "--plot", a.plot, image=True)
-    if not a.summarize:
-        _cli.check_output_path(ap, "--csv", a.csv)
+    # The output paths are checked (their folders created) once every other option has passed,
+    # before anything runs: the plot is written last.
     if a.summarize:
         runs = []
         for path in a.summarize:
@@ -521,6 +519,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
                 runs.append(_read_sweep_csv(path))
             except (OSError, ValueError) as e:
                 ap.error(f"--summarize: {e}")
+        if a.plot:
+            _cli.check_output_path(ap, "--plot", a.plot, image=True)
         # every thread count of any run; a statistic over the runs that have it (older CSVs have
         # no x_limit_min or x_limit_nt), saying which runs are left out
         for nt in sorted({int(r["threads"]) for rows in runs for r in rows}):
@@ -568,6 +568,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
         ap.error(str(e))
     if not counts:
         ap.error(f"--threads: no valid count in {a.threads!r} (this process has {torch.get_num_threads()})")
+    if a.plot:
+        _cli.check_output_path(ap, "--plot", a.plot, image=True)
+    _cli.check_output_path(ap, "--csv", a.csv)
     rows = run_sweep(sizes, dtypes, layouts, modes, a.threads, a.heads, a.dim, a.table_dtype,
                      qk=not a.no_qk, warmup=a.warmup, iters=a.iters, min_time=a.min_time,
                      progress=None if a.quiet else print)
