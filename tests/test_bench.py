@@ -120,6 +120,15 @@ def test_bad_arguments_name_the_valid_values(capsys):
     assert "B,N,S,D" in capsys.readouterr().err
 
 
+def test_repeated_modes_are_timed_once(tmp_path):
+    out = tmp_path / "m.csv"
+    bench.main(["--shape", "1,1,4,8", "--modes", "half,dense,half", "--providers", "rope_matrix,clone",
+                "--iters", "1", "--warmup", "0", "--csv", str(out), "--progress", "off"])
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["mode"], r["provider"]) for r in rows] == [
+        ("half", "rope_matrix"), ("half", "clone"), ("dense", "rope_matrix"), ("dense", "clone")]
+
+
 def _fake_package(folder, build_rev):
     """A package named npu_ops_transformer_ext holding the real _cli.py, a version and a recorded
     build revision, in ``folder``."""

@@ -107,6 +107,13 @@ def test_progress_on_small_run(capsys):
     assert "npu_ops_transformer_ext" in captured.out.splitlines()[0]
 
 
+def test_repeated_dims_and_modes_run_once(capsys):
+    assert precision.main(["--shape", "1,1,3,8", "--dims", "1d,2d,1d", "--modes", "half,half",
+                           "--progress", "off"]) == 0
+    cases = [f[0] for f in map(str.split, capsys.readouterr().out.splitlines()) if len(f) == 5 and f[1] == "v5"]
+    assert cases == ["1d-half", "2d-half"]
+
+
 def test_min_dim_of_each_dims_is_where_its_split_has_even_positive_parts():
     # the D the option errors below name: every part of sections_for positive and even
     for dims, low in precision.MIN_DIM.items():

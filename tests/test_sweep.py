@@ -251,6 +251,21 @@ def test_sweep_half_and_interleave_at_another_dim(tmp_path):
         assert float(r["p20_ms"]) <= float(r["median_ms"]) <= float(r["p80_ms"])
 
 
+def test_sweep_repeated_values_are_taken_once(tmp_path, capsys):
+    # a value given twice in a list times its cells once: no duplicate rows in the CSV; a thread
+    # count above the process's is left out with a note
+    csv_path = tmp_path / "d.csv"
+    sweep.main(["--sizes", "16,32,16", "--dtypes", "bfloat16,bfloat16", "--layouts", "bnsd,bnsd", "--modes",
+                "half,half", "--threads", "1,1,100000", "--heads", "1", "--dim", "64", "--warmup", "0", "--iters",
+                "1", "--min-time", "0", "--csv", str(csv_path), "--plot", "", "--quiet", "--no-qk"])
+    assert "note: --threads 100000 left out: above this process's" in capsys.readouterr().err
+    with open(csv_path) as f:
+        rows = list(csv.DictReader(f))
+    keys = [(r["S"], r["dtype"], r["layout"], r["mode"], r["threads"], r["provider"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 2 * 3  # S = 16, 32 x rope_matrix, limit, copy_
+    assert [r["S"] for r in rows if r["provider"] == "rope_matrix"] == ["16", "32"]
+
+
 def _sweep_csv(path, rows=1):
     cols = ["S", "x_bytes", "dtype", "table_dtype", "layout", "mode", "threads", "provider", "median_ms",
             "x_limit", "x_limit_min"]
@@ -274,6 +289,10 @@ def _sweep_csv(path, rows=1):
     (["--sizes", ""], "--sizes takes a comma list of positive integers S, got ''"),
     (["--threads", "abc"], "--threads: 'abc' is neither an integer nor 'all'"),
     (["--threads", "1,x"], "--threads: 'x' is neither an integer nor 'all'"),
+    (["--threads", "1,0,-3,5"], "--threads: 0, -3 are not counts of threads (>= 1)"),  # was: 1 (and 5) only
+    (["--threads", "0"], "--threads: 0 is not a count of threads (>= 1)"),
+    (["--threads", "1.5"], "--threads: '1.5' is neither an integer nor 'all'"),
+    (["--threads", "100000"], "--threads: no count up to this process's"),
     (["--heads", "0"], "--heads must be >= 1, got 0"),
     (["--iters", "0"], "--iters must be >= 1 and --warmup >= 0"),
     (["--min-time", "nan"], "--min-time must be a finite number of seconds >= 0, got nan"),

@@ -38,8 +38,9 @@ def parse_shape(ap: argparse.ArgumentParser, text: str) -> tuple[int, ...]:
 
 
 def parse_modes(ap: argparse.ArgumentParser, text: str, known: Any) -> list[str]:
-    """``--modes a,b``: a comma list of names from ``known``, or ``ap.error`` naming the bad one."""
-    modes = [m for m in text.split(",") if m]
+    """``--modes a,b``: a comma list of names from ``known`` (each once, in order), or ``ap.error``
+    naming the bad one."""
+    modes = list(dict.fromkeys(m for m in text.split(",") if m))
     for m in modes:
         if m not in known:
             ap.error(f"unknown mode {m!r}; choose from {', '.join(known)}")

@@ -184,8 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="seed of x and of the table positions")
     _cli.add_progress_option(p)
     a = p.parse_args(argv)
-    dims_list = [d for d in a.dims.split(",") if d]
-    modes_list = [m for m in a.modes.split(",") if m]
+    dims_list = list(dict.fromkeys(d for d in a.dims.split(",") if d))  # each once, in order
+    modes_list = list(dict.fromkeys(m for m in a.modes.split(",") if m))
     for d in dims_list:
         if d not in DIMS:
             p.error(f"unknown --dims entry {d!r}; choose from {', '.join(DIMS)}")

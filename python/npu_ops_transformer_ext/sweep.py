@@ -43,6 +43,7 @@ import argparse
 import csv
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 
@@ -171,11 +172,13 @@ def _time_round_robin(fns: dict, warmup: int, iters: int, min_time: float = 0.0)
     return _cli.time_round_robin(fns, warmup, iters, min_time)
 
 
-def _thread_counts(spec: str) -> list[int]:
-    """The distinct counts of ``spec`` ("1,2,all") from 1 to torch's default, in order; others are
-    left out. A ValueError for an entry that is neither an integer nor ``all``."""
+def _thread_spec(spec: str) -> tuple[list[int], list[int]]:
+    """``(counts, above)``: the distinct counts of ``spec`` ("1,2,all") up to torch's default, in
+    order, and those above it (left out: more threads than the process has would time the
+    machine's oversubscription). A ValueError for an entry that is neither an integer nor ``all``,
+    and one naming every count below 1."""
     total = torch.get_num_threads()
-    out = []
+    out, above, bad = [], [], []
     for v in spec.split(","):
         v = v.strip()
         if not v:
@@ -184,9 +187,23 @@ def _thread_counts(spec: str) -> list[int]:
             n = total if v == "all" else int(v)
         except ValueError:
             raise ValueError(f"--threads: {v!r} is neither an integer nor 'all'") from None
-        if 1 <= n <= total and n not in out:
+        if n < 1:
+            bad.append(v)
+        elif n > total:
+            above.append(n)
+        elif n not in out:
             out.append(n)
-    return out
+    if bad:
+        raise ValueError(f"--threads: {', '.join(bad)} {'is not a count' if len(bad) == 1 else 'are not counts'} "
+                         "of threads (>= 1)")
+    return out, list(dict.fromkeys(above))
+
+
+def _thread_counts(spec: str) -> list[int]:
+    """The distinct counts of ``spec`` ("1,2,all") from 1 to torch's default, in order; those above
+    it are left out (see ``_thread_spec``). A ValueError for an entry that is neither an integer nor
+    ``all``, or below 1."""
+    return _thread_spec(spec)[0]
 
 
 def run_sweep(
@@ -475,7 +492,9 @@ def _read_sweep_csv(path: str) -> list[dict]:
 
 
 def _csv_list(v):
-    return [s for s in v.split(",") if s]
+    """The entries of a comma list (or list), each once, in order: a repeated value would time the
+    same cells twice."""
+    return list(dict.fromkeys(s for s in (v.split(",") if isinstance(v, str) else v) if s != ""))
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
@@ -493,7 +512,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
     ap.add_argument("--dtypes", default=",".join(DTYPES), help=f"comma list of {DTYPES}")
     ap.add_argument("--layouts", default=",".join(LAYOUTS), help=f"comma list of {LAYOUTS}")
     ap.add_argument("--modes", default=",".join(MODES), help=f"comma list of {list(MODES)}")
-    ap.add_argument("--threads", default="1,2,all", help="comma list of thread counts, 'all' = torch's default")
+    ap.add_argument("--threads", default="1,2,all",
+                    help=f"comma list of thread counts >= 1, 'all' = torch's default ({torch.get_num_threads()} "
+                    "here); counts above it are left out, with a note")
     ap.add_argument("--heads", type=int, default=24, help="B*N")
     ap.add_argument("--dim", type=int, default=128, help="D (the 3d mode needs 128, half and interleave an even D)")
     ap.add_argument("--table-dtype", default="same", choices=["same", "float32"],
@@ -538,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
             print(f"wrote {a.plot}" if plot(merged, a.plot) else "no plot (matplotlib is not installed)")
         return runs
     try:
-        sizes = [int(v) for v in _csv_list(a.sizes)]
+        sizes = _csv_list([int(v) for v in _csv_list(a.sizes)])
     except ValueError:
         sizes = []
     if not sizes or min(sizes) < 1:
@@ -563,15 +584,18 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
     if not a.min_time >= 0 or a.min_time == float("inf"):
         ap.error(f"--min-time must be a finite number of seconds >= 0, got {a.min_time}")
     try:
-        counts = _thread_counts(a.threads)
+        counts, above = _thread_spec(a.threads)
     except ValueError as e:
         ap.error(str(e))
     if not counts:
-        ap.error(f"--threads: no valid count in {a.threads!r} (this process has {torch.get_num_threads()})")
+        ap.error(f"--threads: no count up to this process's {torch.get_num_threads()} threads in {a.threads!r}")
     if a.plot:
         _cli.check_output_path(ap, "--plot", a.plot, image=True)
     _cli.check_output_path(ap, "--csv", a.csv)
-    rows = run_sweep(sizes, dtypes, layouts, modes, a.threads, a.heads, a.dim, a.table_dtype,
+    if above:
+        print(f"note: --threads {', '.join(map(str, above))} left out: above this process's "
+              f"{torch.get_num_threads()} threads", file=sys.stderr)
+    rows = run_sweep(sizes, dtypes, layouts, modes, ",".join(map(str, counts)), a.heads, a.dim, a.table_dtype,
                      qk=not a.no_qk, warmup=a.warmup, iters=a.iters, min_time=a.min_time,
                      progress=None if a.quiet else print)
     write_csv(rows, a.csv)
