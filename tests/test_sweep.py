@@ -153,6 +153,47 @@ def test_sweep_gbps_counts_the_bytes_of_each_provider(tmp_path, table_dtype):
         assert float(r["gbps"]) == pytest.approx(moved / float(r["median_ms"]) / 1e6, rel=2e-3), r
 
 
+def _plot_rows(sizes, dtypes, threads=(1,)):
+    rows = []
+    for s in sizes:
+        for d in dtypes:
+            for nt in threads:
+                cell = {"S": s, "x_bytes": s * 24 * 128 * 2, "dtype": d, "threads": nt}
+                for lay in ("bnsd", "bsnd"):
+                    for m in ("half", "interleave", "3d"):
+                        rows.append({**cell, "provider": "rope_matrix", "layout": lay, "mode": m, "x_limit": 1.2})
+                rows.append({**cell, "provider": "rope_matrix_qk", "layout": "bnsd", "mode": "half", "x_limit": 1.1})
+                for prov in ("copy_", "limit", "limit_qk"):
+                    rows.append({**cell, "provider": prov, "layout": "", "mode": "", "x_limit": 1.0})
+    return rows
+
+
+@pytest.mark.parametrize(("sizes", "dtypes", "threads"), [
+    ([256], ["bfloat16"], (1,)), ([256, 4096], ["bfloat16"], (1, 2)), ([512], sweep.DTYPES, (2,)),
+])
+def test_sweep_plot_legend_fits_and_every_point_is_inside_its_panel(sizes, dtypes, threads):
+    # was: a 5-column legend wider than a one-dtype figure (entries cut off), and one size gave each
+    # panel a degenerate x range
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    fig = sweep._draw(_plot_rows(sizes, dtypes, threads))
+    fig.canvas.draw()
+    (legend,) = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert len(labels) == len(set(labels)) == 8  # 2 layouts x 3 modes, qk, copy_
+    box, figure = legend.get_window_extent(), fig.bbox
+    assert figure.x0 <= box.x0 and box.x1 <= figure.x1 and figure.y0 <= box.y0
+    panels = [ax.get_window_extent() for ax in fig.axes]
+    assert box.y1 <= min(p.y0 for p in panels)  # below the panels
+    for ax in fig.axes:
+        lo, hi = ax.get_xlim()
+        xs = [x for c in ax.containers for x in c.lines[0].get_xdata()]  # the errorbar lines
+        assert xs and all(lo < x < hi for x in xs) and hi / lo >= 2.25 * 0.999
+        assert {c.get_label() for c in ax.containers} <= set(labels)
+    plt.close(fig)
+
+
 def test_sweep_rejects_unknown_values():
     with pytest.raises(SystemExit):
         sweep.main(["--dtypes", "int8"])

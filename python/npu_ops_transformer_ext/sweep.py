@@ -411,14 +411,32 @@ def plot(rows: Sequence[dict], path: str, stat: str = "x_limit") -> bool:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        import matplotlib.ticker
     except ImportError:
         return False
+    fig = _draw(rows, stat)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def _draw(rows: Sequence[dict], stat: str = "x_limit"):
+    """The matplotlib Figure of ``plot`` (needs matplotlib). Every panel spans the sizes of all of
+    them, a factor of 1.5 beyond the smallest and the largest (one size is no degenerate range);
+    the legend below the panels, in as many columns as fit the figure's width."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
     dtypes = sorted({r["dtype"] for r in rows})
     threads = sorted({int(r["threads"]) for r in rows})
     keys = sorted({(r["provider"], r["layout"], r["mode"]) for r in rows if not r["provider"].startswith("limit")})
+    mib = [int(r["x_bytes"]) / 2**20 for r in rows]
     fig, axes = plt.subplots(len(threads), len(dtypes), figsize=(4.6 * len(dtypes), 3.4 * len(threads)),
                              squeeze=False, sharey=True)
+    legend = {}  # label: handle, from whichever panel has the line
     for ti, nt in enumerate(threads):
         for di, d in enumerate(dtypes):
             ax = axes[ti][di]
@@ -436,10 +454,12 @@ def plot(rows: Sequence[dict], path: str, stat: str = "x_limit") -> bool:
                 hi = [max(pts[x]) - med[j] for j, x in enumerate(xs)]
                 label = " ".join(v for v in (prov, lay.upper(), m) if v)
                 style = "--" if prov in ("copy_", "rope_matrix_qk") else "-"
-                ax.errorbar([x / 2**20 for x in xs], med, yerr=[lo, hi], linestyle=style, marker="o",
-                            markersize=3, capsize=2, linewidth=1, color=f"C{i % 10}", label=label)
+                line = ax.errorbar([x / 2**20 for x in xs], med, yerr=[lo, hi], linestyle=style, marker="o",
+                                   markersize=3, capsize=2, linewidth=1, color=f"C{i % 10}", label=label)
+                legend.setdefault(label, line)
             ax.axhline(1.0, color="k", linewidth=0.8)
             ax.set_xscale("log", base=2)
+            ax.set_xlim(min(mib) / 1.5, max(mib) * 1.5)
             ax.set_yscale("log")
             ax.set_ylim(0.4, 10)
             ax.set_yticks([0.5, 0.75, 1, 1.5, 2, 3, 5, 10], ["0.5", "0.75", "1", "1.5", "2", "3", "5", "10"])
@@ -449,13 +469,22 @@ def plot(rows: Sequence[dict], path: str, stat: str = "x_limit") -> bool:
             if ti == len(threads) - 1:
                 ax.set_xlabel("x size (MiB)")
         axes[ti][0].set_ylabel("time ÷ limit")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=7)
-    fig.tight_layout(rect=(0, 0.07 + 0.02 * (len(keys) > 10), 1, 1))
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
+    # The legend in as many columns (up to 5) as fit the figure's width; the figure grows by its
+    # height, so the panels keep theirs.
+    renderer = fig.canvas.get_renderer()
+    width = fig.get_figwidth() * fig.dpi
+    below = 0.0  # inches under the panels
+    for ncol in range(min(5, len(legend)), 0, -1):
+        leg = fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=ncol, fontsize=7)
+        box = leg.get_window_extent(renderer)
+        if box.width <= 0.98 * width or ncol == 1:
+            below = (box.height + 8) / fig.dpi  # with a margin
+            break
+        leg.remove()
+    panels = fig.get_figheight()
+    fig.set_figheight(panels + below)
+    fig.tight_layout(rect=(0, below / (panels + below), 1, 1))
+    return fig
 
 
 # The columns --summarize reads (spread_table, plot), and the type each value must have.
