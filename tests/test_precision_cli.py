@@ -148,6 +148,9 @@ def test_bad_options_exit_2_naming_the_option(monkeypatch, capsys):
         ([*small, "--threshold", "inf"], "--threshold must be a finite number >= 0, got inf"),
         ([*small, "--threshold", "-0.5"], "--threshold must be a finite number >= 0, got -0.5"),
         ([*small, "--dims", ","], "--dims and --modes need at least one entry each"),
+        ([*small, "--seed", "99999999999999999999"], "--seed must be an integer from 0 to 2**32 - 1 = 4294967295"),
+        ([*small, "--seed", "4611686018427387904"], "--seed must be an integer from 0 to 2**32 - 1"),  # seed * 100
+        ([*small, "--seed", "-1"], "--seed must be an integer from 0 to 2**32 - 1 = 4294967295, got -1"),
     ):
         with pytest.raises(SystemExit) as e:
             precision.main(argv)
@@ -155,6 +158,7 @@ def test_bad_options_exit_2_naming_the_option(monkeypatch, capsys):
         err = " ".join(capsys.readouterr().err.split())
         assert message in err, (argv, err)
     assert precision.main([*small, "--threshold", "0"]) == 0  # bit-exact: 0 is a valid threshold
+    assert precision.main([*small, "--seed", str(2**32 - 1)]) == 0
 
 
 def test_cli_entry_point_option_error_is_exit_2():

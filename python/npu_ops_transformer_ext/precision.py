@@ -20,7 +20,7 @@ with a non-zero error, and the largest absolute error. The exit status is 1 when
 ``--threshold`` (default: one ulp of x's dtype, ``torch.finfo(dtype).eps``) in any case, and 2
 when an option is refused before any case runs (e.g. a head dim D that a --dims split does not
 fit: 1d needs an even D >= 2, 2d >= 4, 3d >= 6; --device npu without an NPU; a --threshold that
-is not a finite number >= 0).
+is not a finite number >= 0; a --seed outside 0 .. 2**32 - 1).
 
 Two weaknesses of the original script are fixed: sin and cos are distinct tables (real RoPE angles
 at random positions, not one random tensor passed twice), and the comparison is signed (the
@@ -181,7 +181,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="max v5 metric, a finite number >= 0 (default: eps of --dtype: bf16 0.0078125, fp16 "
         "0.000977, fp32 1.19e-07)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of x and of the table positions")
+    p.add_argument("--seed", type=int, default=0,
+                   help=f"seed of x and of the table positions, from 0 to 2**32 - 1 = {2**32 - 1}")
     _cli.add_progress_option(p)
     a = p.parse_args(argv)
     dims_list = list(dict.fromkeys(d for d in a.dims.split(",") if d))  # each once, in order
@@ -196,6 +197,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"--dims and --modes need at least one entry each ({', '.join(DIMS)}; {', '.join(ROT_MODES)})")
     if a.threshold is not None and not (math.isfinite(a.threshold) and a.threshold >= 0):
         p.error(f"--threshold must be a finite number >= 0, got {a.threshold}")
+    if not 0 <= a.seed < 2**32:  # the cases' table seeds are seed * 100 + 10 * i + j, within torch's 64 bits
+        p.error(f"--seed must be an integer from 0 to 2**32 - 1 = {2**32 - 1}, got {a.seed}")
     if not re.fullmatch(r"auto|cpu|npu(:\d+)?", a.device):
         p.error(f"--device must be auto, cpu, npu or npu:N, got {a.device!r}")
 
