@@ -84,6 +84,9 @@ def test_a_csv_that_is_missing_or_not_a_bench_csv_is_an_option_error(tmp_path, c
                          "256,1572864,bfloat16,bnsd,half,1,rope_matrix,0.1,1.2,1.1\n")
     bad_value = tmp_path / "bad.csv"
     bad_value.write_text("op,mode,provider,median_ms,x_copy\nrope_matrix,half,rope_matrix,0.1,fast\n")
+    truncated = tmp_path / "truncated.csv"  # a run cut short mid-row (was: drawn as NaN, "None" in the title)
+    truncated.write_text("op,mode,provider,median_ms,x_copy,version,git,shape\n"
+                         "rope_matrix,half,rope_matrix,0.1,1.0,0.1,abc,1x2x16x128\nrope_matrix,half,clone,0.3")
     for path, message in (
         (tmp_path / "missing.csv", f"cannot read {tmp_path / 'missing.csv'}: No such file or directory"),
         (tmp_path, f"cannot read {tmp_path}:"),
@@ -91,6 +94,8 @@ def test_a_csv_that_is_missing_or_not_a_bench_csv_is_an_option_error(tmp_path, c
         (sweep_csv, (f"{sweep_csv}: no column op (expected the CSV of python -m npu_ops_transformer_ext.bench); "
                      "a sweep CSV is drawn by python -m npu_ops_transformer_ext.sweep --summarize")),
         (bad_value, f"{bad_value} line 2: x_copy = 'fast' is not a number"),
+        (truncated, (f"{truncated} line 3: 4 fields where the header has 8 (expected the CSV of "
+                     "python -m npu_ops_transformer_ext.bench)")),
     ):
         with pytest.raises(SystemExit) as e:
             plot.main([str(path), "-o", str(tmp_path / "out.png")])

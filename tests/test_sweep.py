@@ -357,11 +357,14 @@ def test_summarize_refuses_what_is_not_a_sweep_csv(tmp_path, capsys):
     bench_csv.write_text("op,mode,provider,median_ms\nrope_matrix,half,rope_matrix,0.1\n")
     bad_value = tmp_path / "bad.csv"
     bad_value.write_text((tmp_path / "good.csv").read_text().replace(",1,rope_matrix,", ",one,rope_matrix,"))
+    truncated = tmp_path / "truncated.csv"
+    truncated.write_text((tmp_path / "good.csv").read_text() + "256,1048576,bfloat16,bfloat16,bnsd\n")
     for paths, message in (
         ([str(tmp_path / "missing.csv")], f"--summarize: cannot read {tmp_path / 'missing.csv'}: No such file"),
         ([good, header_only], f"--summarize: {header_only} has no rows; expected the CSV written by"),
         ([str(bench_csv)], f"--summarize: {bench_csv} has no column S, x_bytes, threads, x_limit, dtype, layout;"),
         ([str(bad_value)], f"--summarize: {bad_value} line 2: threads = 'one' is not an integer;"),
+        ([str(truncated)], f"--summarize: {truncated} line 3: 5 fields where the header has 11; expected the CSV"),
     ):
         with pytest.raises(SystemExit) as e:
             sweep.main(["--summarize", *paths, "--plot", ""])

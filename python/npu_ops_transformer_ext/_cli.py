@@ -4,6 +4,7 @@ parsing, progress bars, the shuffled round-robin timer, package version and git 
 from __future__ import annotations
 
 import argparse
+import csv
 import os
 import random
 import statistics
@@ -135,6 +136,25 @@ def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image
             os.remove(path)
         except OSError:
             pass
+
+
+def read_csv_rows(path: str) -> list[dict]:
+    """The rows of the CSV file ``path`` as dicts keyed by its header (values as strings; blank
+    lines skipped, as ``csv.DictReader`` does). A ValueError naming the file and line of a row with
+    more or fewer fields than the header (a file cut short mid-row, which ``DictReader`` would read
+    with None values)."""
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        rows = []
+        for fields in reader:
+            if not fields:
+                continue
+            if len(fields) != len(header):
+                raise ValueError(f"{path} line {reader.line_num}: {len(fields)} fields where the header has "
+                                 f"{len(header)}")
+            rows.append(dict(zip(header, fields)))
+    return rows
 
 
 def add_progress_option(ap: argparse.ArgumentParser) -> None:

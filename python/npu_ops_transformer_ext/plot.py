@@ -36,8 +36,12 @@ def read_csv(path: str) -> tuple[dict[str, dict[str, float]], dict[str, str], st
     without either, the median time in ms. An OSError when the file cannot be read; a ValueError
     (or ``csv.Error``) saying what is wrong when it is not such a CSV."""
     what = "expected the CSV of python -m npu_ops_transformer_ext.bench"
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        rows = _cli.read_csv_rows(path)
+    except ValueError as e:
+        if isinstance(e, UnicodeDecodeError):
+            raise
+        raise ValueError(f"{e} ({what})") from None
     if not rows:
         raise ValueError(f"{path}: no rows ({what})")
     missing = [c for c in ("op", "mode", "provider", "median_ms") if c not in rows[0]]

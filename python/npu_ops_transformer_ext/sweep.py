@@ -336,9 +336,9 @@ def write_csv(rows: Sequence[dict], path: str) -> None:
 
 
 def read_csv(path: str) -> list[dict]:
-    """The rows of a CSV file written by :func:`write_csv` (values as strings)."""
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    """The rows of a CSV file written by :func:`write_csv` (values as strings); a ValueError naming
+    the line of a row cut short (see ``_cli.read_csv_rows``)."""
+    return _cli.read_csv_rows(path)
 
 
 def summary(rows: Sequence[dict], stat: str = "x_limit", threads: int | None = None) -> str:
@@ -501,6 +501,8 @@ def _read_sweep_csv(path: str) -> list[dict]:
         raise OSError(f"cannot read {path}: {e.strerror or e}") from None
     except (UnicodeDecodeError, csv.Error) as e:
         raise ValueError(f"{path} is not a CSV file ({e})") from None
+    except ValueError as e:  # a row cut short
+        raise ValueError(f"{e}; expected the CSV written by python -m npu_ops_transformer_ext.sweep") from None
     what = "expected the CSV written by python -m npu_ops_transformer_ext.sweep"
     if not rows:
         raise ValueError(f"{path} has no rows; {what}")
