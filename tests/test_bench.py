@@ -37,6 +37,22 @@ def test_bench_figures_keep_significant_digits():
     assert bench._sig(1.2345, 3) == 1.23
 
 
+def test_table_prints_times_with_significant_digits(tmp_path, capsys):
+    # a tiny shape's times are microseconds: the table printed them as 0.00 ms
+    assert [bench._fixed(v) for v in (1.94, 0.005795, 73.65, 1234.0, 12345.0, 0.0)] == [
+        "1.940", "0.005795", "73.65", "1234", "12345", "0"]
+    out = tmp_path / "t.csv"
+    bench.main(["--shape", "1,1,4,8", "--modes", "half", "--providers", "rope_matrix,copy_", "--iters", "2",
+                "--warmup", "0", "--csv", str(out), "--progress", "off"])
+    rows = list(csv.DictReader(out.open()))
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("half")]
+    assert len(lines) == len(rows) == 2
+    for r, f in zip(rows, lines):
+        assert f[1] == r["provider"]
+        for printed, column in zip(f[2:5], ("median_ms", "p20_ms", "p80_ms")):
+            assert float(printed) == float(r[column]) > 0, (printed, r)
+
+
 def test_decode_benchmark_script_runs():
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_decode.py"
     out = subprocess.run([sys.executable, str(script), "--calls", "5", "--batches", "1,2",

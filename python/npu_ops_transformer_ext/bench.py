@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import platform
 import sys
@@ -169,13 +170,15 @@ def run(
             }
             rows.append(row)
     bar.close()
-    header = f"{'mode':<11}{'provider':<21}{'median ms':>10}{'p20':>8}{'p80':>8}{'GB/s':>8}{'/clone':>8}{'/copy_':>8}{'/limit':>8}"
+    header = (f"{'mode':<11}{'provider':<21}{'median ms':>11}{'p20':>11}{'p80':>11}{'GB/s':>8}{'/clone':>8}"
+              f"{'/copy_':>8}{'/limit':>8}")
     print(f"rope_matrix benchmark: x {list(shape)} {meta['dtype']} BNSD, tables [1,1,S,D]; "
           f"{meta['cpu']}, {meta['threads']} threads, torch {meta['torch']}, "
           f"npu_ops_transformer_ext {meta['version']} (git {meta['git']})")
     print(header)
     for r in rows:
-        print(f"{r['mode']:<11}{r['provider']:<21}{r['median_ms']:>10.2f}{r['p20_ms']:>8.2f}{r['p80_ms']:>8.2f}"
+        print(f"{r['mode']:<11}{r['provider']:<21}{_fixed(r['median_ms']):>11}{_fixed(r['p20_ms']):>11}"
+              f"{_fixed(r['p80_ms']):>11}"
               f"{r['gbps']:>8.3g}{r['x_clone']!s:>8}{r['x_copy']!s:>8}{r['x_limit']!s:>8}")
     if csv_path:
         os.makedirs(os.path.dirname(os.path.abspath(csv_path)), exist_ok=True)
@@ -191,6 +194,14 @@ def _sig(value: float, digits: int = 4) -> float:
     """``value`` kept to ``digits`` significant digits (a fixed number of decimals would print a
     tiny shape's GB/s or a fast provider's time as 0)."""
     return float(f"{value:.{digits}g}")
+
+
+def _fixed(value: float, digits: int = 4) -> str:
+    """``value`` printed with ``digits`` significant digits in fixed-point notation (1.940, 0.005795,
+    1234): two decimals printed a small shape's times as 0.00."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    return f"{value:.{max(0, digits - 1 - math.floor(math.log10(abs(value))))}f}"
 
 
 def main(argv: Sequence[str] | None = None) -> object:
