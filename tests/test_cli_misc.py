@@ -1,5 +1,6 @@
 """What the command-line tools share: whole option names only, output paths and image names checked
 before anything runs, the timeline plot's and the decode benchmark's option checks."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +142,69 @@ def test_a_refused_option_creates_no_output_folder(tmp_path, monkeypatch, capsys
     assert e.value.code == 2
     capsys.readouterr()
     assert list(tmp_path.iterdir()) == []
+
+
+def _trace(path, events=None):
+    """A small Chrome trace in the twin's form: two cores, a pipe each, three instructions."""
+    meta = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "AIC_0"}},
+            {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "AIV_0"}},
+            {"ph": "M", "name": "thread_name", "pid": 1, "tid": 2, "args": {"name": "PIPE_M"}},
+            {"ph": "M", "name": "thread_name", "pid": 2, "tid": 1, "args": {"name": "PIPE_V"}}]
+    spans = [{"ph": "X", "name": "Mmad", "pid": 1, "tid": 2, "ts": 1.0, "dur": 2.0},
+             {"ph": "X", "name": "Muls", "pid": 2, "tid": 1, "ts": 2.5, "dur": 1.0},
+             {"ph": "X", "name": "Add", "pid": 2, "tid": 1, "ts": 4.0, "dur": 0.5}]
+    path.write_text(json.dumps({"traceEvents": meta + spans if events is None else events}))
+    return str(path)
+
+
+def test_timeline_plot_draws_a_trace(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    trace = _trace(tmp_path / "t.json")
+    for out, argv in ((tmp_path / "all.png", []), (tmp_path / "sub" / "zoom.svg", ["--window", "2,3", "--cores", "AIV_0"])):
+        assert timeline_plot.main([trace, "--out", str(out), *argv]) == 0
+        assert out.stat().st_size > 1000 and f"wrote {out}" in capsys.readouterr().out
+
+
+def test_timeline_plot_options_that_cannot_work_exit_2(tmp_path, capsys):
+    # was: tracebacks (a missing or non-JSON trace, unknown cores, a directory or a missing folder
+    # as --out, an unknown extension) or a silent empty or broken image (--window nan/inf/reversed)
+    trace = _trace(tmp_path / "t.json")
+    not_json = tmp_path / "n.json"
+    not_json.write_text("{nope")
+    no_events = tmp_path / "e.json"
+    no_events.write_text('{"other": []}')
+    bad_event = _trace(tmp_path / "b.json", [{"ph": "M", "name": "process_name", "pid": 1}])
+    not_a_folder = tmp_path / "file.txt"
+    not_a_folder.write_text("")
+    out = str(tmp_path / "o.png")
+    for argv, message in (
+        ([str(tmp_path / "missing.json")], f"cannot read {tmp_path / 'missing.json'}: No such file"),
+        ([str(not_json)], f"{not_json} is not JSON ("),
+        ([str(no_events)], f"{no_events} has no list of traceEvents; expected the Chrome trace JSON"),
+        ([bad_event], f"{bad_event}: an event lacks a field or has one of the wrong type"),
+        ([trace, "--cores", "AIV_9,AIC_7"], f"none of the cores AIV_9, AIC_7 is in {trace} (it has AIC_0, AIV_0)"),
+        ([trace, "--cores", ","], "--cores: give at least one core name"),
+        ([trace, "--window", "nan,3"], "--window takes finite START < END in microseconds, got 'nan,3'"),
+        ([trace, "--window", "1,inf"], "--window takes finite START < END in microseconds, got '1,inf'"),
+        ([trace, "--window", "3,1"], "--window takes finite START < END in microseconds, got '3,1'"),
+        ([trace, "--window", "1"], "--window takes START,END in microseconds, got '1'"),
+        ([trace, "--window", "50,60"], f"no instruction of AIC_0, AIV_0, AIV_1 in {trace} between 50 and 60 us"),
+        ([trace, "--out", str(tmp_path / "o.xyz")], "'xyz' is not an image format matplotlib writes"),
+        ([trace, "--out", str(tmp_path / "noext")], "has no extension to name its image format"),
+        ([trace, "--out", str(tmp_path)], f"--out {tmp_path} is a directory; give a file name"),
+        ([trace, "--out", str(not_a_folder / "o.png")], f"cannot create its folder {not_a_folder}"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            timeline_plot.main([*argv, "--out", out] if "--out" not in argv else argv)
+        assert e.value.code == 2, argv
+        err = " ".join(capsys.readouterr().err.split())
+        assert message in err, (argv, err)
+    assert not (tmp_path / "o.png").exists()
+
+
+def test_timeline_plot_help_shows_defaults():
+    r = subprocess.run([sys.executable, "-m", "npu_ops_transformer_ext.timeline_plot", "--help"],
+                       capture_output=True, text=True, timeout=60, check=True)
+    out = " ".join(r.stdout.split())
+    for default in ("(default: AIC_0,AIV_0,AIV_1)", "(default: timeline.png)", "(default: the whole run)"):
+        assert default in out

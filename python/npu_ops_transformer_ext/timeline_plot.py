@@ -1,44 +1,93 @@
-"""Draws cores' pipes from a twin trace (``twin.run(..., timeline=True, trace=PATH)``) as a PNG.
+"""Draws cores' pipes from a twin trace (``twin.run(..., timeline=True, trace=PATH)``) as an image.
 
     python -m npu_ops_transformer_ext.timeline_plot trace.json --cores AIC_0,AIV_0,AIV_1 --out core0.png
     python -m npu_ops_transformer_ext.timeline_plot trace.json --window 100,140 --out zoom.png
 
 One row per (core, pipe) that ran anything, one bar per instruction, coloured by the API that
-issued it; ``--window`` zooms to a time range in microseconds. Needs matplotlib.
+issued it; ``--window`` zooms to a time range in microseconds. The image format follows the
+extension of ``--out``. Needs matplotlib. An option that cannot work (a trace that is missing or not
+a twin trace, cores it does not have, a window that is not START < END, an output that cannot be
+written) exits with 2 before anything is drawn.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 from collections.abc import Sequence
 
+from . import _cli
+
 __all__ = ["main", "plot"]
+
+_WHAT = "expected the Chrome trace JSON of twin.run(..., timeline=True, trace=...)"
+
+
+def _read_trace(trace: str) -> list[dict]:
+    """The events of the trace file ``trace``; an OSError, or a ValueError saying what is wrong
+    with it."""
+    try:
+        with open(trace) as f:
+            data = json.load(f)
+    except OSError as e:
+        raise OSError(f"cannot read {trace}: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{trace} is not JSON ({e}); {_WHAT}") from None
+    events = data.get("traceEvents") if isinstance(data, dict) else None
+    if not isinstance(events, list) or not all(isinstance(e, dict) and "ph" in e for e in events):
+        raise ValueError(f"{trace} has no list of traceEvents; {_WHAT}")
+    return events
+
+
+def _spans(events: list[dict], trace: str, cores: Sequence[str], window: tuple[float, float] | None):
+    """``(pname, tname, rows)``: the process and thread names, and ``{(pid, tid): [(start, duration,
+    api)]}`` of ``cores``' instructions (within ``window``); a ValueError when none of ``cores`` is
+    in the trace, none of their instructions falls in the window, or an event lacks a field."""
+    def bad(e: Exception) -> ValueError:
+        return ValueError(f"{trace}: an event lacks a field or has one of the wrong type ({e!r}); {_WHAT}")
+
+    try:
+        pname = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e.get("name") == "process_name"}
+        tname = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+                 if e["ph"] == "M" and e.get("name") == "thread_name"}
+        wanted = {pid for pid, n in pname.items() if n in cores}
+    except (KeyError, TypeError) as e:
+        raise bad(e) from None
+    if not wanted:
+        raise ValueError(f"none of the cores {', '.join(cores)} is in {trace} (it has "
+                         f"{', '.join(sorted(map(str, pname.values()))) or 'none'})")
+    rows: dict[tuple[int, int], list[tuple[float, float, str]]] = {}
+    try:
+        for e in events:
+            if e["ph"] != "X" or e["pid"] not in wanted:
+                continue
+            t0, dur = float(e["ts"]), float(e["dur"])
+            if window and (t0 + dur < window[0] or t0 > window[1]):
+                continue
+            rows.setdefault((e["pid"], e["tid"]), []).append((t0, dur, str(e["name"])))
+    except (KeyError, TypeError, ValueError) as e:
+        raise bad(e) from None
+    if not rows:
+        where = f" between {window[0]:g} and {window[1]:g} us" if window else ""
+        raise ValueError(f"no instruction of {', '.join(cores)} in {trace}{where}")
+    return pname, tname, rows
 
 
 def plot(trace: str, out: str, cores: Sequence[str] = ("AIC_0", "AIV_0", "AIV_1"),
          window: tuple[float, float] | None = None, title: str = "") -> None:
-    """Writes the PNG ``out`` of ``cores``' pipes in ``trace`` (times in us; ``window`` zooms)."""
+    """Writes the image ``out`` (its format follows the extension) of ``cores``' pipes in
+    ``trace`` (times in us; ``window`` zooms). A ValueError when the trace has none of ``cores`` or
+    nothing of theirs in ``window``."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.patches
     import matplotlib.pyplot as plt
 
-    with open(trace) as f:
-        events = json.load(f)["traceEvents"]
-    pname = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
-    tname = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
-    wanted = {pid for pid, n in pname.items() if n in cores}
-    if not wanted:
-        raise ValueError(f"none of the cores {list(cores)} is in {trace} (it has {sorted(pname.values())})")
-    rows: dict[tuple[int, int], list[tuple[float, float, str]]] = {}
-    for e in events:
-        if e["ph"] != "X" or e["pid"] not in wanted:
-            continue
-        t0, t1 = e["ts"], e["ts"] + e["dur"]
-        if window and (t1 < window[0] or t0 > window[1]):
-            continue
-        rows.setdefault((e["pid"], e["tid"]), []).append((t0, e["dur"], e["name"]))
-    order = sorted(rows, key=lambda k: (list(cores).index(pname[k[0]]), k[1]))
+    cores = list(cores)
+    pname, tname, rows = _spans(_read_trace(trace), trace, cores, window)
+    order = sorted(rows, key=lambda k: (cores.index(pname[k[0]]), k[1]))
     apis = sorted({name for spans in rows.values() for _, _, name in spans})
     cmap = plt.get_cmap("tab20")
     colour = {a: cmap(i % 20) for i, a in enumerate(apis)}
@@ -62,27 +111,47 @@ def plot(trace: str, out: str, cores: Sequence[str] = ("AIC_0", "AIV_0", "AIV_1"
     plt.close(fig)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: ``python -m npu_ops_transformer_ext.timeline_plot --help``."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line: ``python -m npu_ops_transformer_ext.timeline_plot --help``. Returns the exit
+    status (2 when matplotlib is missing; an option that cannot work exits with 2 through
+    ``argparse``'s ``error``)."""
     ap = argparse.ArgumentParser(prog="python -m npu_ops_transformer_ext.timeline_plot", description=__doc__,
-                                 allow_abbrev=False,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 allow_abbrev=False, formatter_class=_cli.HelpFormatter)
     ap.add_argument("trace", help="Chrome trace JSON written by twin.run(..., timeline=True, trace=...)")
     ap.add_argument("--cores", default="AIC_0,AIV_0,AIV_1", help="comma list of core names to draw")
-    ap.add_argument("--window", default="", help="START,END in microseconds (default: the whole run)")
-    ap.add_argument("--title", default="", help="plot title")
-    ap.add_argument("--out", default="timeline.png", help="PNG to write")
+    ap.add_argument("--window", default="",
+                    help="START,END in microseconds, finite, START < END (default: the whole run)")
+    ap.add_argument("--title", default="", help="plot title (default: the cores drawn)")
+    ap.add_argument("--out", default="timeline.png",
+                    help="image to write (the format follows the extension: png, svg, pdf, ...)")
     a = ap.parse_args(argv)
+    cores = list(dict.fromkeys(c.strip() for c in a.cores.split(",") if c.strip()))
+    if not cores:
+        ap.error(f"--cores: give at least one core name (AIC_0, AIV_0, ...), got {a.cores!r}")
     window = None
     if a.window:
         try:
             lo, hi = (float(v) for v in a.window.split(","))
         except ValueError:
             ap.error(f"--window takes START,END in microseconds, got {a.window!r}")
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            ap.error(f"--window takes finite START < END in microseconds, got {a.window!r}")
         window = (lo, hi)
-    plot(a.trace, a.out, [c for c in a.cores.split(",") if c], window, a.title)
+    try:
+        _spans(_read_trace(a.trace), a.trace, cores, window)
+    except (OSError, ValueError) as e:
+        ap.error(str(e))
+    _cli.check_output_path(ap, "--out", a.out, image=True)
+    try:
+        plot(a.trace, a.out, cores, window, a.title)
+    except ImportError as e:
+        if "matplotlib" not in str(e):
+            raise
+        print("error: matplotlib is not installed; install it with `pip install matplotlib`", file=sys.stderr)
+        return 2
     print(f"wrote {a.out}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
