@@ -22,6 +22,7 @@ import time
 
 import npu_ops_transformer_ext  # noqa: F401  (registers the op)
 import torch
+from npu_ops_transformer_ext import _cli
 from npu_ops_transformer_ext.reference import mode_matrix
 from npu_ops_transformer_ext.tables import RotaryEmbedding, for_layout, rope_1d
 
@@ -67,16 +68,40 @@ def measure(b, heads, d, calls):
     return res
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
-    ap.add_argument("--heads", type=int, default=32)
-    ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--batches", default="1,8")
-    ap.add_argument("--calls", type=int, default=5000)
+def _positive_list(text):
+    """The distinct positive integers of a comma list, in order; None when it has none or another entry."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        return None
+    return list(dict.fromkeys(values)) if values and min(values) >= 1 else None
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog="python benchmarks/bench_decode.py",
+        description=__doc__.split("\n\n")[0],  # the first paragraph: what it measures
+        formatter_class=_cli.HelpFormatter, allow_abbrev=False,
+    )
+    ap.add_argument("--heads", type=int, default=32, help="heads N of x (and of q)")
+    ap.add_argument("--dim", type=int, default=128, help="head dim D, even (the half rotation turns pairs)")
+    ap.add_argument("--batches", default="1,8", help="comma list of batch sizes B")
+    ap.add_argument("--calls", type=int, default=5000, help="calls per timed loop (each figure: the best of five loops)")
     ap.add_argument("--repeats", type=int, default=1, help="repeat the whole measurement, report the spread")
-    ap.add_argument("--steps", type=int, default=2000, help="decode steps per loop (default 2000)")
-    ap.add_argument("--start", type=int, default=4096, help="first decode position (default 4096)")
-    args = ap.parse_args()
+    ap.add_argument("--steps", type=int, default=2000, help="decode steps per loop")
+    ap.add_argument("--start", type=int, default=4096, help="first decode position")
+    args = ap.parse_args(argv)
+    for name in ("heads", "calls", "repeats", "steps"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.dim < 2 or args.dim % 2:
+        ap.error(f"--dim must be an even number >= 2 (the half rotation turns pairs of elements), got {args.dim}")
+    if args.start < 0:
+        ap.error(f"--start must be >= 0, got {args.start}")
+    batches = _positive_list(args.batches)
+    if batches is None:
+        ap.error(f"--batches takes a comma list of positive integers B, got {args.batches!r}")
+    args.batches = batches
     d = args.dim
     print(f"per call (us), x [B, {args.heads}, 1, {d}] bf16, tables [B, 1, 1, {d}] bf16, no input requires "
           f"grad; {torch.get_num_threads()} threads, torch {torch.__version__}; "
@@ -85,8 +110,8 @@ def main():
     cols = [f"{p}{suffix}" for _, suffix in ctxs for p in ("op", "mul", "op/mul")]
     cols += [f"{p}{suffix}" for p in ("qk", "v1") for _, suffix in ctxs]
     print("   B" + "".join(f"{c:>11}" for c in cols) + ("   op/mul min-max (grad, inf)" if args.repeats > 1 else ""))
-    for b in (int(v) for v in args.batches.split(",")):
-        runs = [measure(b, args.heads, d, args.calls) for _ in range(max(1, args.repeats))]
+    for b in args.batches:
+        runs = [measure(b, args.heads, d, args.calls) for _ in range(args.repeats)]
         best = {key: min(r[key] for r in runs) for key in runs[0]}
         vals, spread = [], []
         for ctx, _ in ctxs:
@@ -119,7 +144,7 @@ def decode_steps(args):
     print(f"\nRotaryEmbedding decode step, q [B, 1, {args.heads}, {d}], k [B, 1, 8, {d}] bf16 BSND, "
           f"offset from {args.start}, best of five loops of {args.steps} steps, inference_mode")
     print(f"{'B':>4}{'cached tables us':>18}{'rebuilt per step us':>21}")
-    for b in (int(v) for v in args.batches.split(",")):
+    for b in args.batches:
         q = torch.randn(b, 1, args.heads, d).bfloat16()
         k = torch.randn(b, 1, 8, d).bfloat16()
         rope = RotaryEmbedding(d, layout="BSND")

@@ -66,6 +66,46 @@ def test_decode_benchmark_script_runs():
         assert [r[0] for r in rows] == ["1", "2"] and all(float(v) > 0 for r in rows for v in r[1:])
 
 
+def _decode_script():
+    import importlib.util
+
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_decode.py"
+    spec = importlib.util.spec_from_file_location("bench_decode", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--calls", "0"], "--calls must be >= 1, got 0"),  # was: ZeroDivisionError
+    (["--steps", "0"], "--steps must be >= 1, got 0"),  # was: ZeroDivisionError
+    (["--calls", "-5"], "--calls must be >= 1, got -5"),
+    (["--repeats", "-1"], "--repeats must be >= 1, got -1"),
+    (["--heads", "0"], "--heads must be >= 1, got 0"),
+    (["--start", "-1"], "--start must be >= 0, got -1"),
+    (["--batches", "abc"], "--batches takes a comma list of positive integers B, got 'abc'"),
+    (["--batches", ","], "--batches takes a comma list of positive integers B, got ','"),
+    (["--batches", "1,0"], "--batches takes a comma list of positive integers B, got '1,0'"),
+    (["--dim", "127"], "--dim must be an even number >= 2 (the half rotation turns pairs of elements), got 127"),
+])
+def test_decode_benchmark_refuses_options_that_cannot_run(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        _decode_script().main(argv)
+    assert e.value.code == 2
+    assert message in " ".join(capsys.readouterr().err.split())
+
+
+def test_decode_benchmark_help_has_its_description_and_defaults():
+    script = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_decode.py"
+    out = " ".join(subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                                  timeout=120, check=True).stdout.split())
+    assert ("costs matter more than memory traffic, against a single ``torch.mul`` of the same tensors. "
+            "options:") in out  # the whole first paragraph (was cut after "the call's fixed")
+    for default in ("(default: 32)", "(default: 128)", "(default: 1,8)", "(default: 5000)", "(default: 1)",
+                    "(default: 2000)", "(default: 4096)"):
+        assert default in out
+
+
 @pytest.mark.skipif(shutil.which("g++") is None, reason="no g++ on PATH")
 def test_row_loop_floor_builds_and_runs(tmp_path):
     src = Path(__file__).resolve().parent.parent / "benchmarks" / "row_loop_floor.cpp"
