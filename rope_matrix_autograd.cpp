@@ -64,35 +64,45 @@ const c10::TypedOperatorHandle<QkSig>& op_qk_backward() {
 
 at::ScalarType acc_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
 
-// Sums t along `dim` (kept, size 1) as a pairwise tree: neighbours added level by level, the
-// element left over at an odd level added at the end. Each output element's order of additions
-// depends on t.size(dim) alone, not on the other dims (torch's sum splits a reduction by the sizes
-// of all of them), so a rank holding some of the rows of S gets the bits of the same rows of a
-// single-process run (docs/sequence-parallel.md). Differentiable: slices and adds.
-at::Tensor tree_sum(at::Tensor t, int64_t dim) {
+// Sums t along `dim` (kept, size 1) as a pairwise tree: element i of the first half plus element
+// i of the second, level by level, the element left over at an odd level added at the end. Each
+// output element's order of additions depends on t.size(dim) alone, not on the other dims (torch's
+// sum splits a reduction by the sizes of all of them), so a rank holding some of the rows of S gets
+// the bits of the same rows of a single-process run (docs/sequence-parallel.md). `in_place`: t is
+// a temporary of the caller's, and each level adds into its first half (as fast as torch's sum:
+// nothing is allocated); else slices and adds, differentiable. Both give the same bits.
+at::Tensor tree_sum(at::Tensor t, int64_t dim, bool in_place) {
   if (t.size(dim) == 0) return t.sum(dim, /*keepdim=*/true);
   std::vector<at::Tensor> rest;
   while (t.size(dim) > 1) {
-    const int64_t n = t.size(dim);
+    const int64_t n = t.size(dim), h = n / 2;
     if (n % 2) rest.push_back(t.narrow(dim, n - 1, 1));
-    t = t.slice(dim, 0, n - 1, 2) + t.slice(dim, 1, n, 2);
+    if (in_place) {
+      t.narrow(dim, 0, h).add_(t.narrow(dim, h, h));
+      t = t.narrow(dim, 0, h);
+    } else {
+      t = t.narrow(dim, 0, h) + t.narrow(dim, h, h);
+    }
   }
-  for (const at::Tensor& r : rest) t = t + r;
+  for (const at::Tensor& r : rest) t = in_place ? t.add_(r) : t + r;
   return t;
 }
 
-// Sums t (x's shape) down to `shape`, a shape that broadcasts to it, dimension by dimension in
-// ascending order, each with tree_sum.
+// Sums t (x's shape; a temporary the caller gives up) down to `shape`, a shape that broadcasts to
+// it, dimension by dimension in ascending order, each with tree_sum.
 at::Tensor reduce_to(at::Tensor t, at::IntArrayRef shape) {
+  const bool in_place = !(at::GradMode::is_enabled() && t.requires_grad());
   const int64_t lead = t.dim() - static_cast<int64_t>(shape.size());
   bool reduced = false;
   for (int64_t i = 0; i < t.dim(); ++i) {
     if ((i < lead || shape[static_cast<size_t>(i - lead)] == 1) && t.size(i) != 1) {
-      t = tree_sum(t, i);
+      t = tree_sum(t, i, in_place);
       reduced = true;
     }
   }
-  return lead > 0 || reduced ? t.reshape(shape) : t;
+  if (!reduced) return lead > 0 ? t.reshape(shape) : t;
+  // In place, t is a view of the temporary: a copy of the table's size lets the temporary go.
+  return in_place ? t.reshape(shape).clone(at::MemoryFormat::Contiguous) : t.reshape(shape);
 }
 
 // Sum of the y/sin/cos gradients over (grad_out, x) pairs (pairs with an undefined tensor are

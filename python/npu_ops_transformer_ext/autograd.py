@@ -68,33 +68,43 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def _tree_sum(t: Tensor, dim: int) -> Tensor:
+def _tree_sum(t: Tensor, dim: int, in_place: bool) -> Tensor:
     """Sum ``t`` along ``dim`` (kept, size 1) as a pairwise tree, as ``tree_sum`` in
-    ``rope_matrix_autograd.cpp``: each element's order of additions depends on ``t.shape[dim]``
-    alone, so a sequence-parallel rank gets the bits of a single-process run."""
+    ``rope_matrix_autograd.cpp`` (the same pairs, the same bits): each element's order of
+    additions depends on ``t.shape[dim]`` alone, so a sequence-parallel rank gets the bits of a
+    single-process run. ``in_place``: add into ``t``'s first half level by level."""
     if t.shape[dim] == 0:
         return t.sum(dim=dim, keepdim=True)
-    rest, before = [], (slice(None),) * dim
+    rest = []
     while t.shape[dim] > 1:
         n = t.shape[dim]
+        h = n // 2
         if n % 2:
             rest.append(t.narrow(dim, n - 1, 1))
-        t = t[before + (slice(0, n - 1, 2),)] + t[before + (slice(1, n, 2),)]
+        if in_place:
+            t.narrow(dim, 0, h).add_(t.narrow(dim, h, h))
+            t = t.narrow(dim, 0, h)
+        else:
+            t = t.narrow(dim, 0, h) + t.narrow(dim, h, h)
     for r in rest:
-        t = t + r
+        t = t.add_(r) if in_place else t + r
     return t
 
 
 def _reduce_to(t: Tensor, shape) -> Tensor:
-    """Sum ``t`` (x's shape) down to ``shape``, a shape that broadcasts to it, dimension by
-    dimension in ascending order, each with ``_tree_sum`` (as ``reduce_to`` in C++)."""
+    """Sum ``t`` (x's shape; a temporary the caller gives up) down to ``shape``, a shape that
+    broadcasts to it, dimension by dimension in ascending order, each with ``_tree_sum`` (as
+    ``reduce_to`` in C++)."""
+    in_place = not (torch.is_grad_enabled() and t.requires_grad)
     lead = t.dim() - len(shape)
     reduced = False
     for i in range(t.dim()):
         if (i < lead or shape[i - lead] == 1) and t.shape[i] != 1:
-            t = _tree_sum(t, i)
+            t = _tree_sum(t, i, in_place)
             reduced = True
-    return t.reshape(shape) if lead > 0 or reduced else t
+    if not reduced:
+        return t.reshape(shape) if lead > 0 else t
+    return t.reshape(shape).clone(memory_format=torch.contiguous_format) if in_place else t.reshape(shape)
 
 
 def pair_partner(y: Tensor) -> Tensor | None:
