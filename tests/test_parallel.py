@@ -201,3 +201,21 @@ def test_pad_tables_broadcast_and_checks():
         parallel.pad_tables(torch.rand(6, 8), torch.rand(6, 8), 8.0)
     c = torch.rand(6, 8)
     assert parallel.pad_tables(c, c, 6)[0] is c
+
+
+@pytest.mark.parametrize("xshape,tshape", [((3, 5, 7, 6), (7, 6)), ((3, 5, 7, 6), (1, 1, 7, 6)), ((3, 5, 7, 6), (3, 1, 7, 6)),
+                                           ((3, 7, 5, 6), (7, 1, 6)), ((2, 9, 4), (4,)), ((0, 3, 4), (3, 4))])
+def test_table_gradient_sum_in_place_and_recorded_agree(xshape, tshape):
+    """The backward sums in place into its temporary; a recorded graph (double backward) sums out of
+    place: the same pairs, the same bits, and close to a float64 sum."""
+    from npu_ops_transformer_ext.autograd import _reduce_to
+
+    t = torch.randn(xshape, generator=torch.Generator().manual_seed(1))
+    a = _reduce_to(t.clone(), tshape)
+    b = _reduce_to(t.clone().requires_grad_(), tshape)
+    assert b.requires_grad and not a.requires_grad and a.shape == tshape
+    assert torch.equal(a, b.detach())
+    red = tuple(range(len(xshape) - len(tshape))) + tuple(
+        len(xshape) - len(tshape) + i for i, n in enumerate(tshape) if n == 1 and xshape[len(xshape) - len(tshape) + i] != 1)
+    want = t.double().sum(red, keepdim=True).reshape(tshape)
+    torch.testing.assert_close(a.double(), want, rtol=1e-6, atol=1e-6)
