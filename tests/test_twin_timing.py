@@ -269,3 +269,15 @@ def test_npu_model_options_that_cannot_run_are_refused_up_front(argv, message, c
     captured = capsys.readouterr()
     assert message in " ".join(captured.err.split())
     assert captured.out == ""
+
+
+def test_npu_model_module_runs_as_a_command():
+    """``python -m npu_ops_transformer_ext.npu_model --help`` prints the same usage as
+    ``bench --npu-model --help`` (it printed nothing: the module had no entry point)."""
+    import subprocess
+    import sys
+
+    outs = [subprocess.run([sys.executable, "-m", f"npu_ops_transformer_ext.{m}", *extra, "--help"], capture_output=True,
+                           text=True, timeout=120, check=True).stdout
+            for m, extra in (("npu_model", []), ("bench", ["--npu-model"]))]
+    assert "--shape" in outs[0] and outs[0] == outs[1]

@@ -18,8 +18,8 @@ Providers (each computes the same result for the given mode):
                   once (sweep.py); the ``/limit`` column divides by it
     --sweep       runs ``python -m npu_ops_transformer_ext.sweep`` with the other options instead
     --npu-model   prints the twin's predicted NPU times instead (every mode x {perm, MIX}, the seed
-                  shape by default, beside the seed's measured 910B rows; see npu_model.py and its
-                  --help)
+                  shape by default, beside the seed's measured 910B rows; see
+                  ``--npu-model --help``, the same as ``python -m npu_ops_transformer_ext.npu_model --help``)
 
 Prints a table and writes a long-format CSV (one row per mode and provider): median and p20/p80
 in ms, achieved GB/s (x read + output written + tables read once), ratios to ``clone`` and

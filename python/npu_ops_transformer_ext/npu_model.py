@@ -200,3 +200,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     except ValueError as e:
         ap.error(f"--shape {a.shape} (--dtype {a.dtype}, --soc {a.soc}): {e}")
     return run(shape, modes, getattr(torch, a.dtype), a.soc)
+
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,8 @@
 
 The fake kernels let ``torch.compile(fullgraph=True)`` trace the ops without a graph break; they
 mirror the checks of the shared C++ validator (validation/rope_matrix_validate.cpp) with
-``torch._check`` so that a bad call fails the same way while tracing. Autograd lives in
+``torch._check`` so that a bad call fails with the same message while tracing (PyTorch raises it
+as its own ``TorchRuntimeError`` there). Autograd lives in
 ``autograd.py``.
 """
 from __future__ import annotations

@@ -71,7 +71,8 @@ def run(
     Shapes and dtypes as for ``rope_matrix`` within the NPU kernel's limits: x bfloat16, float16 or
     float32 with D >= 16; y ``[D, D]`` (x's dtype, or float32 when exactly representable); sin and
     cos varying along one dim of x only (``[S, D]``, ``[1, 1, S, D]`` for BNSD; ``[S, 1, D]``,
-    ``[1, S, 1, D]`` for BSND), x's dtype or float32. All tensors on the CPU.
+    ``[1, S, 1, D]`` for BSND), any floating dtype each (converted as on the CPU). All tensors
+    on the CPU.
 
     Args:
         soc: the SoC whose core counts the tiling uses (see ``SOCS``).
