@@ -607,3 +607,24 @@ def test_expanded_float64_table_is_converted_without_materializing():
     sin, cos = s.expand(4, 6, 9, 64), c[None, None].expand(4, 6, 9, 64)
     assert torch.equal(ext.rope_matrix(x, ext.get_half_matrix(64), sin, cos),
                        ext.rope_matrix(x, ext.get_half_matrix(64), s.float(), c.float()))
+
+
+@pytest.mark.parametrize("dtype_name", ["bits8", "bits16", "uint1", "int4", "float4_e2m1fn_x2"])
+@pytest.mark.parametrize("arg", ["mat", "sin"])
+def test_exotic_dtypes_refused_alike_by_the_op_and_its_fake(dtype_name, arg):
+    """Dtypes that are neither a floating dtype that converts to float32 nor one of c10's integer
+    dtypes: the op and its fake kernel both refuse them with a TypeError (the fake took them)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    dtype = getattr(torch, dtype_name, None)
+    if dtype is None:
+        pytest.skip(f"torch has no {dtype_name}")
+    x, s = torch.randn(2, 5, 8), torch.randn(5, 8)
+    args = {"x": x, "mat": ext.get_half_matrix(8), "sin": s, "cos": s}
+    args[arg] = torch.empty((8, 8) if arg == "mat" else (5, 8), dtype=dtype)
+    ops = torch.ops.npu_ops_transformer_ext
+    with pytest.raises(TypeError, match=arg):
+        ops.rope_matrix(args["x"], args["mat"], args["sin"], args["cos"])
+    with FakeTensorMode() as mode, pytest.raises(TypeError, match=arg):
+        fake = {k: mode.from_tensor(v) for k, v in args.items()}
+        ops.rope_matrix(fake["x"], fake["mat"], fake["sin"], fake["cos"])

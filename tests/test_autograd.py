@@ -567,3 +567,21 @@ def test_empty_head_dim_backward_gives_empty_gradients():
     qo, ko = OPS.rope_matrix_qk(q, k, y, sin, cos)
     (qo.sum() + ko.sum()).backward()
     assert q.grad.shape == q.shape and k.grad.shape == k.shape
+
+
+def test_backward_helpers_general_path_contiguous_and_opcheck():
+    """The x-gradient helpers' general path (dense mat, a table not equal within pairs) returns a
+    contiguous result, as their fake kernels say, for a grad of any strides (inductor asserts the
+    fake's strides)."""
+    g = torch.Generator().manual_seed(0)
+    d = 8
+    grad = torch.randn(1, 7, 2, d, generator=g).transpose(1, 2)
+    mat, sin, cos = torch.randn(d, d, generator=g), torch.randn(7, d, generator=g), torch.randn(7, d, generator=g)
+    ops = torch.ops.npu_ops_transformer_ext
+    dx = ops.rope_matrix_backward(grad, mat, sin, cos)
+    assert dx.is_contiguous()
+    want = grad.double() * cos.double() + (grad.double() * sin.double()) @ mat.double().t()
+    torch.testing.assert_close(dx.double(), want, rtol=1e-5, atol=1e-5)
+    for op, args in [(ops.rope_matrix_backward.default, (grad, mat, sin, cos)),
+                     (ops.rope_matrix_qk_backward.default, (grad, grad.contiguous(), mat, sin, cos))]:
+        torch.library.opcheck(op, args)

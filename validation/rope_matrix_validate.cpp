@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -80,6 +81,15 @@ std::string mat_for_d_hint(int64_t D) {
   return "pass a [" + std::to_string(D) + ", " + std::to_string(D) + "] mat (the mode builders need an even D > 0)";
 }
 
+// Packed dtypes (Float4_e2m1fn_x2: two values per element, named so because older torch releases
+// have no such enumerator) count as floating but have no conversion to float32.
+void check_not_packed(const char* op, const char* name, at::ScalarType t, const char* x_name) {
+  TORCH_CHECK_TYPE(std::strcmp(c10::toString(t), "Float4_e2m1fn_x2") != 0, op, ": ", name,
+                   " has the packed dtype ", dtype_name(t),
+                   " (two values per element), which does not convert to float32; unpack it to a "
+                   "floating dtype (e.g. ", x_name, ".dtype) first");
+}
+
 void check_table(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x,
                  const char* x_name) {
   const int64_t D = x.size(-1);
@@ -88,6 +98,7 @@ void check_table(const char* op, const char* name, const at::Tensor& t, const at
   TORCH_CHECK_TYPE(at::isFloatingType(t.scalar_type()), op, ": ", name,
                    " must have a floating dtype (e.g. torch.float32 or ", x_name, ".dtype), got ",
                    dtype_name(t.scalar_type()), "; pass ", name, ".float()");
+  check_not_packed(op, name, t.scalar_type(), x_name);
   TORCH_CHECK_VALUE(t.dim() >= 1 && t.dim() <= x.dim(), op, ": ", name,
                     " must have rank 1..", x.dim(), " (", x_name, " has rank ", x.dim(),
                     ") and broadcast to ", x_name, " ", shape_str(x.sizes()), ", got ",
@@ -138,6 +149,7 @@ RopeOperands check_rope_matrix_inputs(const char* op, const at::Tensor& x, const
                    op, ": mat must have dtype ", x_dtype_or_float(x.scalar_type(), x_name),
                    " (or another floating or integer dtype whose entries ", x_name,
                    ".dtype holds exactly), got ", dtype_name(mt), "; pass mat.to(", x_name, ".dtype)");
+  check_not_packed(op, "mat", mt, x_name);
   TORCH_CHECK_VALUE(mat.device() == x.device(), op, ": mat must be on ", x_name, "'s device ",
                     x.device(), ", got ", mat.device(), "; pass mat.to(", x_name, ".device)");
   check_table(op, "sin", sin, x, x_name);

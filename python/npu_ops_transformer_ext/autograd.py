@@ -152,7 +152,8 @@ def _dx_table(y: Tensor, sin: Tensor) -> Tensor | None:
 def _dx_general(g: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
     acc = _acc_dtype(g.dtype)
     g_ = g.to(acc)
-    return (g_ * cos.to(acc) + (g_ * sin.to(acc)) @ y.to(acc).t()).to(g.dtype)
+    # contiguous, as the op's own result and the helper ops' fake kernels (g may have any strides)
+    return (g_ * cos.to(acc) + (g_ * sin.to(acc)) @ y.to(acc).t()).to(g.dtype).contiguous()
 
 
 # ---- helper ops: the x-gradient, with the path chosen on the values ----------------------------

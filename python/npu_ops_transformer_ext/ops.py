@@ -93,6 +93,22 @@ def _x_dtype_or_float(x_dtype, x_name) -> str:
     return s if x_dtype == torch.float32 else s + " or torch.float32"
 
 
+# Packed dtypes hold several values per element and have no conversion to float32.
+_PACKED = tuple(d for d in (getattr(torch, "float4_e2m1fn_x2", None),) if d is not None)
+# The integer dtypes c10::isIntegralType counts (bool, the bits and the sub-byte types are not).
+_INTEGER = tuple(d for d in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                             getattr(torch, "uint16", None), getattr(torch, "uint32", None),
+                             getattr(torch, "uint64", None)) if d is not None)
+
+
+def _check_not_packed(op, name, dtype, x_name):
+    torch._check_type(
+        dtype not in _PACKED,
+        lambda: f"{op}: {name} has the packed dtype {dtype_name(dtype)} (two values per element), which "
+        f"does not convert to float32; unpack it to a floating dtype (e.g. {x_name}.dtype) first",
+    )
+
+
 def _check_table(op, name, t, x, x_name):
     d = x.shape[-1]
     torch._check_type(
@@ -100,6 +116,7 @@ def _check_table(op, name, t, x, x_name):
         lambda: f"{op}: {name} must have a floating dtype (e.g. torch.float32 or {x_name}.dtype), got "
         f"{dtype_name(t.dtype)}; pass {name}.float()",
     )
+    _check_not_packed(op, name, t.dtype, x_name)
     torch._check_value(
         1 <= t.dim() <= x.dim(),
         lambda: f"{op}: {name} must have rank 1..{x.dim()} ({x_name} has rank {x.dim()}) and broadcast to "
@@ -148,11 +165,12 @@ def check_inputs(
     # Another floating or integer dtype is taken when x.dtype holds every entry exactly: the backends
     # check that on the values (a fake tensor has none).
     torch._check_type(
-        mat.dtype.is_floating_point or (not mat.dtype.is_complex and mat.dtype != torch.bool),
+        mat.dtype.is_floating_point or mat.dtype in _INTEGER,
         lambda: f"{op}: mat must have dtype {_x_dtype_or_float(x.dtype, x_name)} (or another floating or "
         f"integer dtype whose entries {x_name}.dtype holds exactly), got {dtype_name(mat.dtype)}; "
         f"pass mat.to({x_name}.dtype)",
     )
+    _check_not_packed(op, "mat", mat.dtype, x_name)
     torch._check_value(
         mat.device == x.device,
         lambda: f"{op}: mat must be on {x_name}'s device {x.device}, got {mat.device}; "
