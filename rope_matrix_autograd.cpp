@@ -117,11 +117,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> table_grads(
     if (!g.defined() || !x.defined()) continue;
     const at::ScalarType acc = acc_dtype(x.scalar_type());
     const at::Tensor g_ = g.to(acc);
-    if (need_cos) add(dcos, reduce_to(g_ * x.to(acc), cos.sizes()));
+    // g_ * x promotes x to acc element by element (exactly), without a copy of x in acc.
+    if (need_cos) add(dcos, reduce_to(g_ * x, cos.sizes()));
     if (need_sin) {
       const at::Tensor one = at::ones({d}, x.options().dtype(at::kFloat));
       const at::Tensor xy = op_rope().call(x, y, one, at::zeros_like(one));  // the forward's x @ y
-      add(dsin, reduce_to(g_ * xy.to(acc), sin.sizes()));
+      add(dsin, reduce_to(g_ * xy, sin.sizes()));
     }
     if (need_y) {
       // [M, D] (flatten, not reshape({-1, d}): D may be 0)

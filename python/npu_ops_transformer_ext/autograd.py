@@ -236,12 +236,12 @@ def _table_grads(pairs, y, sin, cos, need_y, need_sin, need_cos):
         acc = _acc_dtype(x.dtype)
         g_ = g.to(acc)
         if need_cos:
-            t = _reduce_to(g_ * x.to(acc), cos.shape)
+            t = _reduce_to(g_ * x, cos.shape)
             dcos = t if dcos is None else dcos + t
         if need_sin:
             one = torch.ones(d, dtype=torch.float32, device=x.device)
             xy = _ops.rope_matrix(x, y, one, torch.zeros_like(one))  # the forward's x @ y
-            t = _reduce_to(g_ * xy.to(acc), sin.shape)
+            t = _reduce_to(g_ * xy, sin.shape)
             dsin = t if dsin is None else dsin + t
         if need_y:
             gs = (g_ * sin.to(acc)).flatten(0, -2)  # [M, D] (D may be 0)
