@@ -24,6 +24,7 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <tuple>
 #include <utility>
@@ -105,28 +106,55 @@ at::Tensor reduce_to(at::Tensor t, at::IntArrayRef shape) {
   return in_place ? t.reshape(shape).clone(at::MemoryFormat::Contiguous) : t.reshape(shape);
 }
 
+// reduce_to(g * v, shape) in `acc`, with v = x, or v = x @ y as the forward computes it when `y` is
+// given. Outside a recorded graph (the usual backward) it goes in slices along the outermost dim of x
+// the table keeps: each slice's product and sums stay in cache, where the whole at once made
+// full-size temporaries (x in acc, the products) whose fresh pages cost more than the arithmetic.
+// tree_sum's order depends only on the reduced dims, so the bits are those of the whole at once.
+at::Tensor product_sum(const at::Tensor& g, const at::Tensor& x, const at::Tensor* y, at::IntArrayRef shape,
+                       at::ScalarType acc) {
+  const auto product = [&](const at::Tensor& gs, const at::Tensor& xs) {
+    if (y == nullptr) return gs.to(acc) * xs;  // promotes xs to acc element by element, exactly
+    const at::Tensor one = at::ones({y->size(0)}, xs.options().dtype(at::kFloat));
+    return gs.to(acc) * op_rope().call(xs, *y, one, at::zeros_like(one));  // the forward's x @ y
+  };
+  constexpr int64_t kSliceBytes = 512 * 1024;
+  const int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
+  int64_t k = -1;
+  for (int64_t i = std::max<int64_t>(lead, 0); i < x.dim() && k < 0; ++i) {
+    if (shape[static_cast<size_t>(i - lead)] != 1 && x.size(i) > 1) k = i;
+  }
+  const bool recorded = at::GradMode::is_enabled() &&
+                        (g.requires_grad() || x.requires_grad() || (y != nullptr && y->requires_grad()));
+  const int64_t elem = at::elementSize(acc);
+  if (recorded || k < 0 || x.numel() * elem <= kSliceBytes) return reduce_to(product(g, x), shape);
+  const int64_t per_index = x.numel() / x.size(k) * elem;
+  const int64_t step = std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(per_index, 1));
+  at::Tensor out = at::empty(shape, x.options().dtype(acc));
+  std::vector<int64_t> part(shape.begin(), shape.end());
+  for (int64_t c0 = 0; c0 < x.size(k); c0 += step) {
+    const int64_t n = std::min(step, x.size(k) - c0);
+    part[static_cast<size_t>(k - lead)] = n;
+    out.narrow(k - lead, c0, n).copy_(reduce_to(product(g.narrow(k, c0, n), x.narrow(k, c0, n)), part));
+  }
+  return out;
+}
+
 // Sum of the y/sin/cos gradients over (grad_out, x) pairs (pairs with an undefined tensor are
 // skipped). Differentiable: ATen ops and the registered rope_matrix.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> table_grads(
     const std::vector<std::pair<at::Tensor, at::Tensor>>& pairs, const at::Tensor& y, const at::Tensor& sin,
     const at::Tensor& cos, bool need_y, bool need_sin, bool need_cos) {
-  const int64_t d = y.size(0);
   at::Tensor dy, dsin, dcos;
   const auto add = [](at::Tensor& acc, const at::Tensor& t) { acc = acc.defined() ? acc + t : t; };
   for (const auto& [g, x] : pairs) {
     if (!g.defined() || !x.defined()) continue;
     const at::ScalarType acc = acc_dtype(x.scalar_type());
-    const at::Tensor g_ = g.to(acc);
-    // g_ * x promotes x to acc element by element (exactly), without a copy of x in acc.
-    if (need_cos) add(dcos, reduce_to(g_ * x, cos.sizes()));
-    if (need_sin) {
-      const at::Tensor one = at::ones({d}, x.options().dtype(at::kFloat));
-      const at::Tensor xy = op_rope().call(x, y, one, at::zeros_like(one));  // the forward's x @ y
-      add(dsin, reduce_to(g_ * xy, sin.sizes()));
-    }
+    if (need_cos) add(dcos, product_sum(g, x, nullptr, cos.sizes(), acc));
+    if (need_sin) add(dsin, product_sum(g, x, &y, sin.sizes(), acc));
     if (need_y) {
       // [M, D] (flatten, not reshape({-1, d}): D may be 0)
-      const at::Tensor gs = (g_ * sin.to(acc)).flatten(0, -2);
+      const at::Tensor gs = (g.to(acc) * sin.to(acc)).flatten(0, -2);
       add(dy, x.to(acc).flatten(0, -2).t().mm(gs));
     }
   }

@@ -219,3 +219,33 @@ def test_table_gradient_sum_in_place_and_recorded_agree(xshape, tshape):
         len(xshape) - len(tshape) + i for i, n in enumerate(tshape) if n == 1 and xshape[len(xshape) - len(tshape) + i] != 1)
     want = t.double().sum(red, keepdim=True).reshape(tshape)
     torch.testing.assert_close(a.double(), want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["[S, D]", "[B, 1, S, D]", "BSND [S, 1, D]", "[1, D]", "[D]", "x's shape"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_table_gradients_in_slices_equal_the_recorded_whole(form, dtype):
+    """A backward that records no graph sums the table gradients slice by slice along a dim the
+    table keeps; with create_graph it sums the whole at once: the same bits, near a float64 sum."""
+    b, n, s, d = 2, 5, 160, 128  # above the slice size, so the plain backward slices
+    bsnd = form.startswith("BSND")
+    shape = (b, s, n, d) if bsnd else (b, n, s, d)
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(shape, generator=gen).to(dtype)
+    gr = torch.randn(shape, generator=gen).to(dtype)
+    tshape = {"[S, D]": (s, d), "[B, 1, S, D]": (b, 1, s, d), "BSND [S, 1, D]": (s, 1, d), "[1, D]": (1, d),
+              "[D]": (d,), "x's shape": shape}[form]
+    sin, cos = torch.randn(tshape, generator=gen), torch.randn(tshape, generator=gen)
+    mat = tables.get_half_matrix(d)
+
+    def grads(create_graph):
+        sn, cs = sin.clone().requires_grad_(), cos.clone().requires_grad_()
+        out = ext.rope_matrix(x, mat, sn, cs)
+        return torch.autograd.grad(out, (sn, cs), gr, create_graph=create_graph)
+
+    sliced, whole = grads(False), grads(True)
+    for a, w in zip(sliced, whole):
+        assert torch.equal(a, w.detach())
+    red = tuple(range(len(shape) - len(tshape))) + tuple(
+        len(shape) - len(tshape) + i for i, m in enumerate(tshape) if m == 1 and shape[len(shape) - len(tshape) + i] != 1)
+    want = (gr.double() * x.double()).sum(red, keepdim=True).reshape(tshape) if red else gr.double() * x.double()
+    torch.testing.assert_close(sliced[1].double(), want, rtol=1e-5, atol=1e-4)
