@@ -108,7 +108,7 @@ at::Tensor reduce_to(at::Tensor t, at::IntArrayRef shape) {
 
 // reduce_to(g * v, shape) in `acc`, with v = x, or v = x @ y as the forward computes it when `y` is
 // given. Outside a recorded graph (the usual backward) it goes in slices along the outermost dim of x
-// the table keeps: each slice's product and sums stay in cache, where the whole at once made
+// but the last that the table keeps: each slice's product and sums stay in cache, where the whole at once made
 // full-size temporaries (x in acc, the products) whose fresh pages cost more than the arithmetic.
 // tree_sum's order depends only on the reduced dims, so the bits are those of the whole at once.
 at::Tensor product_sum(const at::Tensor& g, const at::Tensor& x, const at::Tensor* y, at::IntArrayRef shape,
@@ -120,8 +120,8 @@ at::Tensor product_sum(const at::Tensor& g, const at::Tensor& x, const at::Tenso
   };
   constexpr int64_t kSliceBytes = 512 * 1024;
   const int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
-  int64_t k = -1;
-  for (int64_t i = std::max<int64_t>(lead, 0); i < x.dim() && k < 0; ++i) {
+  int64_t k = -1;  // never the last dim: x @ y needs whole rows
+  for (int64_t i = std::max<int64_t>(lead, 0); i < x.dim() - 1 && k < 0; ++i) {
     if (shape[static_cast<size_t>(i - lead)] != 1 && x.size(i) > 1) k = i;
   }
   const bool recorded = at::GradMode::is_enabled() &&
