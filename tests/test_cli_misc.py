@@ -65,6 +65,16 @@ def test_output_path_check_is_real(tmp_path, capsys):
     old = tmp_path / "old.csv"
     old.write_text("kept\n")
     assert _check(tmp_path, old, capsys) == (0, "") and old.read_text() == "kept\n"
+    # a dangling symlink: the probe creates the link's target, and removes that again
+    link = tmp_path / "link.png"
+    link.symlink_to(tmp_path / "target.png")
+    assert _check(tmp_path, link, capsys, image=True) == (0, "")
+    assert not (tmp_path / "target.png").exists() and link.is_symlink()
+    # a symlink to an existing file keeps the file as it was
+    (tmp_path / "kept.csv").write_text("kept\n")
+    (tmp_path / "to_kept.csv").symlink_to(tmp_path / "kept.csv")
+    assert _check(tmp_path, tmp_path / "to_kept.csv", capsys) == (0, "")
+    assert (tmp_path / "kept.csv").read_text() == "kept\n" and (tmp_path / "to_kept.csv").is_symlink()
 
 
 @pytest.mark.parametrize("csv_path", ["{tmp}/newdir/", "/proc/npu_ops_rt.csv"])

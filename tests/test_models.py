@@ -403,3 +403,14 @@ def test_patch_diffusers_transformer(family, monkeypatch):
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     assert torch.equal(back, want)
     assert torch.equal(again, got)
+
+
+def test_wan_tables_cached_in_inference_mode_serve_training():
+    freqs = _wan_freqs(24)
+    x = torch.randn(1, 4, 2, 24)
+    with torch.inference_mode():
+        want = models.wan_rope_apply(x, [[1, 2, 2]], freqs)
+    xx = x.clone().requires_grad_()
+    out = models.wan_rope_apply(xx, [[1, 2, 2]], freqs)
+    out.sum().backward()
+    assert torch.equal(out.detach(), want) and xx.grad is not None

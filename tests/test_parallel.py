@@ -249,3 +249,16 @@ def test_table_gradients_in_slices_equal_the_recorded_whole(form, dtype):
         len(shape) - len(tshape) + i for i, m in enumerate(tshape) if m == 1 and shape[len(shape) - len(tshape) + i] != 1)
     want = (gr.double() * x.double()).sum(red, keepdim=True).reshape(tshape) if red else gr.double() * x.double()
     torch.testing.assert_close(sliced[1].double(), want, rtol=1e-5, atol=1e-4)
+
+
+def test_table_seq_dim_must_not_be_the_head_dim():
+    c = torch.rand(8, 4)
+    for call in (lambda sd: parallel.shard_tables(c, c, 2, 0, seq_dim=sd), lambda sd: parallel.pad_tables(c, c, 10, seq_dim=sd)):
+        with pytest.raises(ValueError, match="head dim D"):
+            call(-1)
+        with pytest.raises(ValueError, match="head dim D"):
+            call(1)
+    d1 = torch.rand(4)
+    with pytest.raises(ValueError, match="head dim D"):
+        parallel.shard_tables(d1, d1, 2, 0, seq_dim=0)
+    assert parallel.shard_tables(d1, d1, 2, 0, seq_dim=-3)[0] is d1

@@ -791,3 +791,16 @@ def test_scaling_that_is_not_a_mapping_is_refused_everywhere():
         tables.RotaryEmbedding(16, layout="BSND", scaling=2.0)
     with pytest.raises(ValueError, match="unknown scaling type 'ntk-by-parts'"):
         tables.RotaryEmbedding(16, layout="BSND", scaling={"type": "ntk-by-parts", "factor": 2.0})
+
+
+def test_rotary_embedding_tables_cached_in_inference_mode_serve_training():
+    """Tables first built under torch.inference_mode() are cached as normal tensors: a later call
+    that records a graph can save them for backward."""
+    rope = tables.RotaryEmbedding(64, layout="BSND")
+    q, k = torch.randn(1, 8, 2, 64), torch.randn(1, 8, 2, 64)
+    with torch.inference_mode():
+        want = rope(q, k)
+    qq = q.clone().requires_grad_()
+    a, b = rope(qq, k)
+    (a.sum() + b.sum()).backward()
+    assert torch.equal(a.detach(), want[0]) and qq.grad is not None

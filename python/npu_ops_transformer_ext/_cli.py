@@ -125,7 +125,8 @@ def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
         ap.error(f"{option} {path}: cannot create its folder {folder}: {e.strerror or e}")
-    existed = os.path.lexists(path)
+    target = os.path.realpath(path)  # what open() creates: a dangling symlink's target
+    existed = os.path.exists(target)
     try:  # nor whether this folder takes the file (/proc, root's files on a read-only mount, ...)
         with open(path, "a"):
             pass
@@ -133,7 +134,7 @@ def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image
         ap.error(f"{option} {path}: cannot write it: {e.strerror or e}")
     if not existed:
         try:
-            os.remove(path)
+            os.remove(target)
         except OSError:
             pass
 

@@ -102,6 +102,14 @@ def wan_rope_tables(
     if hit is not None and same_bits(hit[0], freqs.detach()):
         _WAN_CACHE.move_to_end(key)
         return hit[1]
+    # Cached tables are normal tensors even when built under torch.inference_mode(): an inference
+    # tensor in the cache would fail a later call that records a graph.
+    with torch.inference_mode(False):
+        return _wan_build(grids, freqs, seq_len, device, key, grad)
+
+
+def _wan_build(grids, freqs, seq_len, device, key, grad):
+    """wan_rope_tables on a cache miss: the tables, cached under ``key`` unless ``grad``."""
     c = freqs.shape[1]
     split = [c - 2 * (c // 3), c // 3, c // 3]
     fr = (freqs if grad else freqs.detach()).to("cpu")

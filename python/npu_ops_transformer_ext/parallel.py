@@ -107,18 +107,29 @@ def shard_tables(
     the table's sequence dim: -2 for ``[S, D]`` / ``[1, 1, S, D]`` (BNSD), -3 for ``[S, 1, D]`` /
     ``[1, S, 1, D]`` (BSND). A table broadcast along the sequence (size 1 at ``seq_dim``, or a
     ``[D]`` table with no such dim) is returned unchanged."""
-    return _shard_table(cos, world_size, rank, seq_dim, mode), _shard_table(sin, world_size, rank, seq_dim, mode)
+    return (_shard_table("cos", cos, world_size, rank, seq_dim, mode),
+            _shard_table("sin", sin, world_size, rank, seq_dim, mode))
 
 
 def _has_seq_dim(t, seq_dim) -> bool:
     """False for a ``[D]`` table (broadcast along S, with no sequence dim). A table of more dims
     must have ``seq_dim``: an ``[S, D]`` table given seq_dim -3 is a BNSD table passed as BSND."""
     return not (isinstance(t, Tensor) and t.dim() == 1 and isinstance(seq_dim, numbers.Integral)
-                and not isinstance(seq_dim, bool) and seq_dim <= -2)
+                and not isinstance(seq_dim, bool) and -4 <= seq_dim <= -2)
 
 
-def _shard_table(t, world_size, rank, seq_dim, mode):
+def _table_seq_dim(fn: str, name: str, t, seq_dim) -> int:
+    """A table's ``seq_dim`` checked and made non-negative: in range, and not the last dim (D)."""
+    dim = _seq_dim(f"{fn} ({name})", t, seq_dim)
+    if dim == t.dim() - 1:
+        raise ValueError(f"{fn}: seq_dim {seq_dim} names {name}'s last dim, its head dim D; the sequence dim is "
+                         "-2 for [S, D] / [1, 1, S, D] (BNSD), -3 for [S, 1, D] / [1, S, 1, D] (BSND)")
+    return dim
+
+
+def _shard_table(name, t, world_size, rank, seq_dim, mode):
     if _has_seq_dim(t, seq_dim):
+        _table_seq_dim("shard_tables", name, t, seq_dim)
         return shard(t, world_size, rank, seq_dim, mode)
     _split(world_size, rank, mode)
     return t
@@ -164,7 +175,7 @@ def pad_tables(cos: Tensor, sin: Tensor, seq_len: int, seq_dim: int = -2) -> tup
         if not isinstance(t, Tensor):
             raise TypeError(f"pad_tables: {name} must be a torch.Tensor, got {type(t).__name__}")
         if _has_seq_dim(t, seq_dim):
-            dim = _seq_dim(f"pad_tables ({name})", t, seq_dim)
+            dim = _table_seq_dim("pad_tables", name, t, seq_dim)
             if t.shape[dim] != 1:
                 lengths[name] = t.shape[dim]
     if len(set(lengths.values())) > 1:

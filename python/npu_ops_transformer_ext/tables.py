@@ -750,8 +750,12 @@ class RotaryEmbedding(torch.nn.Module):
             n = max(end, 2 * have)
             if reg[1] is not None:
                 n = min(n, reg[1])
-            t = self._build(n, 0, device)
-            hit = (t, for_layout(t.cos, self.layout), for_layout(t.sin, self.layout))
+            # Built as normal tensors even under torch.inference_mode(): an inference tensor in
+            # the cache would fail a later call that records a graph ("Inference tensors cannot
+            # be saved for backward").
+            with torch.inference_mode(False):
+                t = self._build(n, 0, device)
+                hit = (t, for_layout(t.cos, self.layout), for_layout(t.sin, self.layout))
             self._cache[key] = hit
         return hit
 
