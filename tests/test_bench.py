@@ -307,3 +307,19 @@ def test_csv_path_that_cannot_be_written_is_refused_up_front(tmp_path, capsys):
         captured = capsys.readouterr()
         assert "--csv /proc/npu_ops_no_such_folder/b.csv: cannot create its folder" in " ".join(captured.err.split())
         assert "rope_matrix benchmark" not in captured.out
+
+
+def test_bench_table_grads_runs(capsys, monkeypatch):
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_table_grads.py"
+    spec = importlib.util.spec_from_file_location("bench_table_grads", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "SHAPES", [(1, 2, 8, 16), (2, 3, 4, 32)])
+    mod.main(["--repeat", "1", "--dtype", "float32"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert len(rows) == 2 and all(float(v) > 0 for r in rows for v in r[-3:])
+    with pytest.raises(SystemExit) as e:
+        mod.main(["--repeat", "0"])
+    assert e.value.code == 2
