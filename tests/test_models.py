@@ -405,7 +405,10 @@ def test_patch_diffusers_transformer(family, monkeypatch):
     assert torch.equal(again, got)
 
 
-def test_wan_tables_cached_in_inference_mode_serve_training():
+def test_wan_tables_cached_in_inference_mode_serve_training(monkeypatch):
+    # empty caches, so that inference mode builds what the training call then finds
+    monkeypatch.setattr(models, "_MATS", {})
+    monkeypatch.setattr(models, "_WAN_CACHE", type(models._WAN_CACHE)())
     freqs = _wan_freqs(24)
     x = torch.randn(1, 4, 2, 24)
     with torch.inference_mode():

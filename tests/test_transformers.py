@@ -671,3 +671,17 @@ def test_interleave_forms_it_does_not_compute_are_refused(monkeypatch):
     # Mistral-Large-4's has another signature (k may be None, no position_ids): refused as well
     with pytest.raises(ValueError, match="none of the forms"):
         nt.patch_transformers(large4)
+
+
+def test_matrix_cached_in_inference_mode_serves_training(monkeypatch):
+    """The rotate matrix the drop-ins cache, first made under torch.inference_mode(), is a normal
+    tensor: a later training call can save it for backward."""
+    monkeypatch.setattr(nt, "_MATS", {})
+    q, k = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 16)
+    cos, sin = torch.randn(1, 5, 16), torch.randn(1, 5, 16)
+    with torch.inference_mode():
+        want = nt.apply_rotary_pos_emb(q, k, cos, sin)
+    qq = q.clone().requires_grad_()
+    a, b = nt.apply_rotary_pos_emb(qq, k, cos, sin)
+    (a.sum() + b.sum()).backward()
+    assert torch.equal(a.detach(), want[0]) and qq.grad is not None

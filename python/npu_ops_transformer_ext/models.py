@@ -42,11 +42,14 @@ _MATS: dict = {}
 
 
 def _mat(d: int, mode: str, device) -> Tensor:
+    """The float32 rotate matrix, made once per (d, mode, device), as a normal tensor even under
+    torch.inference_mode() (the op saves mat for backward)."""
     key = (d, mode, str(device))
     m = _MATS.get(key)
     if m is None:
         build = get_interleave_matrix if mode == "interleave" else get_half_matrix
-        m = _MATS[key] = build(d, dtype=torch.float32, device=device)
+        with torch.inference_mode(False):
+            m = _MATS[key] = build(d, dtype=torch.float32, device=device)
     return m
 
 

@@ -62,13 +62,16 @@ _MATS: dict = {}
 
 
 def _cached_matrix(build):
-    """``build(d, dtype=, device=)`` made once per (builder, d, dtype, device)."""
+    """``build(d, dtype=, device=)`` made once per (builder, d, dtype, device), as a normal tensor
+    even under torch.inference_mode() (the op saves mat for backward: an inference tensor in the
+    cache would fail a later training call)."""
 
     def matrix(d: int, dtype: torch.dtype, device: torch.device) -> Tensor:
         key = (build, d, dtype, device)
         m = _MATS.get(key)
         if m is None:
-            m = _MATS[key] = build(d, dtype=dtype, device=device)
+            with torch.inference_mode(False):
+                m = _MATS[key] = build(d, dtype=dtype, device=device)
         return m
 
     return matrix
