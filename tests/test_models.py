@@ -5,7 +5,7 @@ import importlib.util
 
 import pytest
 import torch
-from npu_ops_transformer_ext import models, tables
+from npu_ops_transformer_ext import matrices, models, tables
 
 F64 = torch.float64
 HAS_DIFFUSERS = importlib.util.find_spec("diffusers") is not None
@@ -407,7 +407,7 @@ def test_patch_diffusers_transformer(family, monkeypatch):
 
 def test_wan_tables_cached_in_inference_mode_serve_training(monkeypatch):
     # empty caches, so that inference mode builds what the training call then finds
-    monkeypatch.setattr(models, "_MATS", {})
+    monkeypatch.setattr(matrices, "_CACHED", {})
     monkeypatch.setattr(models, "_WAN_CACHE", type(models._WAN_CACHE)())
     freqs = _wan_freqs(24)
     x = torch.randn(1, 4, 2, 24)

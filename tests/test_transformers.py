@@ -9,6 +9,7 @@ import torch
 
 T = pytest.importorskip("transformers")
 
+from npu_ops_transformer_ext import matrices
 from npu_ops_transformer_ext import transformers as nt
 
 FAMILIES = {
@@ -676,7 +677,7 @@ def test_interleave_forms_it_does_not_compute_are_refused(monkeypatch):
 def test_matrix_cached_in_inference_mode_serves_training(monkeypatch):
     """The rotate matrix the drop-ins cache, first made under torch.inference_mode(), is a normal
     tensor: a later training call can save it for backward."""
-    monkeypatch.setattr(nt, "_MATS", {})
+    monkeypatch.setattr(matrices, "_CACHED", {})
     q, k = torch.randn(1, 2, 5, 16), torch.randn(1, 2, 5, 16)
     cos, sin = torch.randn(1, 5, 16), torch.randn(1, 5, 16)
     with torch.inference_mode():

@@ -26,6 +26,21 @@ __all__ = [
 ]
 
 
+_CACHED: dict = {}
+
+
+def cached_matrix(build, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``build(d, dtype=, device=)`` made once per (builder, d, dtype, device), for the model and HF
+    drop-ins; a normal tensor even when first made under torch.inference_mode() (the op saves mat
+    for backward: an inference tensor in the cache would fail a later training call)."""
+    key = (build, d, dtype, torch.device(device))
+    m = _CACHED.get(key)
+    if m is None:
+        with torch.inference_mode(False):
+            m = _CACHED[key] = build(d, dtype=dtype, device=device)
+    return m
+
+
 def _check_n(n: int, multiple: int, name: str, dtype: torch.dtype) -> int:
     """n as an int (any integral type: int, NumPy or 0-dim integer tensor); checks n and dtype."""
     if isinstance(n, bool) or not hasattr(n, "__index__"):

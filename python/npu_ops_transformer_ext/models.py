@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from ._bits import same_bits
-from .matrices import get_half_matrix, get_interleave_matrix
+from .matrices import cached_matrix, get_half_matrix, get_interleave_matrix
 from .ops import rope_matrix, rope_matrix_qk
 
 __all__ = [
@@ -38,19 +38,10 @@ __all__ = [
     "wan_rope_tables",
 ]
 
-_MATS: dict = {}
-
 
 def _mat(d: int, mode: str, device) -> Tensor:
-    """The float32 rotate matrix, made once per (d, mode, device), as a normal tensor even under
-    torch.inference_mode() (the op saves mat for backward)."""
-    key = (d, mode, str(device))
-    m = _MATS.get(key)
-    if m is None:
-        build = get_interleave_matrix if mode == "interleave" else get_half_matrix
-        with torch.inference_mode(False):
-            m = _MATS[key] = build(d, dtype=torch.float32, device=device)
-    return m
+    """The float32 rotate matrix, made once per (d, mode, device)."""
+    return cached_matrix(get_interleave_matrix if mode == "interleave" else get_half_matrix, d, torch.float32, device)
 
 
 def _table(t: Tensor, x: Tensor) -> Tensor:

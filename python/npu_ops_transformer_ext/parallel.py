@@ -170,14 +170,14 @@ def pad_tables(cos: Tensor, sin: Tensor, seq_len: int, seq_dim: int = -2) -> tup
     bit. A table broadcast along the sequence (size 1 at ``seq_dim``, or a ``[D]`` table with no
     such dim) is returned unchanged; ``seq_len`` must be at least the tables' length."""
     seq_len = _int("seq_len", seq_len)
-    out, lengths = [], {}
+    out, lengths, dims = [], {}, {}
     for name, t in (("cos", cos), ("sin", sin)):
         if not isinstance(t, Tensor):
             raise TypeError(f"pad_tables: {name} must be a torch.Tensor, got {type(t).__name__}")
         if _has_seq_dim(t, seq_dim):
-            dim = _table_seq_dim("pad_tables", name, t, seq_dim)
-            if t.shape[dim] != 1:
-                lengths[name] = t.shape[dim]
+            dims[name] = _table_seq_dim("pad_tables", name, t, seq_dim)
+            if t.shape[dims[name]] != 1:
+                lengths[name] = t.shape[dims[name]]
     if len(set(lengths.values())) > 1:
         raise ValueError(f"pad_tables: cos and sin have {lengths['cos']} and {lengths['sin']} rows along "
                          f"seq_dim {seq_dim}; they must be tables of the same positions")
@@ -188,8 +188,7 @@ def pad_tables(cos: Tensor, sin: Tensor, seq_len: int, seq_dim: int = -2) -> tup
         if name not in lengths or seq_len == n:
             out.append(t)
             continue
-        dim = _seq_dim(f"pad_tables ({name})", t, seq_dim)
         shape = list(t.shape)
-        shape[dim] = seq_len - n
-        out.append(torch.cat([t, torch.full(shape, fill, dtype=t.dtype, device=t.device)], dim=dim))
+        shape[dims[name]] = seq_len - n
+        out.append(torch.cat([t, torch.full(shape, fill, dtype=t.dtype, device=t.device)], dim=dims[name]))
     return out[0], out[1]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import importlib
 import inspect
 import textwrap
@@ -40,7 +41,7 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import Tensor
 
-from .matrices import get_half_matrix, get_interleave_matrix
+from .matrices import cached_matrix, get_half_matrix, get_interleave_matrix
 from .ops import rope_matrix, rope_matrix_qk
 
 __all__ = [
@@ -58,27 +59,9 @@ __all__ = [
 #: Families ``patch_transformers()`` switches when called without a model, module or ``families``.
 DEFAULT_FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 
-_MATS: dict = {}
-
-
-def _cached_matrix(build):
-    """``build(d, dtype=, device=)`` made once per (builder, d, dtype, device), as a normal tensor
-    even under torch.inference_mode() (the op saves mat for backward: an inference tensor in the
-    cache would fail a later training call)."""
-
-    def matrix(d: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-        key = (build, d, dtype, device)
-        m = _MATS.get(key)
-        if m is None:
-            with torch.inference_mode(False):
-                m = _MATS[key] = build(d, dtype=dtype, device=device)
-        return m
-
-    return matrix
-
-
-_half_matrix = _cached_matrix(get_half_matrix)
-_interleave_matrix = _cached_matrix(get_interleave_matrix)
+# matrix(d, dtype, device), made once each
+_half_matrix = functools.partial(cached_matrix, get_half_matrix)
+_interleave_matrix = functools.partial(cached_matrix, get_interleave_matrix)
 
 
 def apply_rotary_pos_emb(
