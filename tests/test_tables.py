@@ -377,8 +377,8 @@ def test_rotary_embedding_decode_does_not_rebuild_every_step(monkeypatch):
             t = tables.rope_1d(1, d, offset=n)
             tab = tables.RopeTables(t.cos[:, None], t.sin[:, None], t.mat)
             assert torch.equal(qo, _apply(q1, tab)) and torch.equal(ko, _apply(k1, tab))
-    assert len(builds) <= 6, builds  # 100 -> 200 -> 400 -> 800 -> 1600
-    assert builds[-1] == 1600
+    # the prefill's build has headroom (the first decode steps do not rebuild), then it doubles
+    assert builds == [125, 250, 500, 1000, 2000], builds
     # per-token positions are rows of the same cached table
     pos = torch.tensor([[5, 6, 7], [900, 901, 902]])
     qp = torch.randn(2, 3, 4, d)
@@ -416,7 +416,7 @@ def test_rotary_embedding_cache_follows_length_dependent_scaling(scaling, monkey
         want = ext.rope_matrix(x, t.mat, t.sin.float().double(), t.cos.float().double())
         assert torch.equal(got, want), n
     if scaling["rope_type"] == "longrope":
-        assert builds == [1, 11, 41, 64, 65, 130, 260]  # short capped at L = 64, then long
+        assert builds == [1, 13, 51, 64, 81, 162, 324]  # short capped at L = 64, then long
 
 
 def test_rotary_embedding_layout_is_required():
@@ -804,3 +804,175 @@ def test_rotary_embedding_tables_cached_in_inference_mode_serve_training():
     a, b = rope(qq, k)
     (a.sum() + b.sum()).backward()
     assert torch.equal(a.detach(), want[0]) and qq.grad is not None
+
+
+def test_rotary_embedding_settings_are_fixed_and_copied():
+    """The cached tables come from the settings: a later change to the caller's scaling dict does
+    not reach the module, and assigning a setting raises instead of leaving stale tables."""
+    import copy
+    import pickle
+
+    sc = {"rope_type": "linear", "factor": 2.0}
+    rope = tables.RotaryEmbedding(16, layout="BNSD", scaling=sc)
+    x = torch.randn(1, 2, 40, 16, dtype=F64)
+    before = rope(x)
+    sc["factor"] = 8.0  # the caller reuses its dict for another module
+    t = tables.rope_1d(40, 16, scaling={"rope_type": "linear", "factor": 2.0})
+    want = _apply(x, tables.RopeTables(t.cos, t.sin, t.mat))
+    assert torch.equal(before, want) and torch.equal(rope(x), want)
+    assert torch.equal(rope(x[:, :, 39:], offset=39), want[:, :, 39:])  # a rebuild keeps factor 2
+    assert rope.scaling["factor"] == 2.0 and "'factor': 2.0" in rope.extra_repr()
+    for name, value in (("theta", 500.0), ("layout", "BSND"), ("scaling", None), ("head_dim", 32),
+                        ("rotary_dim", 8), ("mode", "interleave"), ("table_dtype", F64),
+                        ("freqs_dtype", torch.float32)):
+        with pytest.raises(AttributeError, match=f"RotaryEmbedding.{name} is fixed"):
+            setattr(rope, name, value)
+    with pytest.raises(TypeError):
+        rope.scaling["factor"] = 4.0  # read-only
+    # the module still copies and pickles, settings included
+    for other in (copy.deepcopy(rope), pickle.loads(pickle.dumps(rope))):
+        assert other.scaling == {"rope_type": "linear", "factor": 2.0}
+        assert torch.equal(other(x), want)
+    rope.extra = 1  # other attributes are set as on any module
+    assert rope.extra == 1
+
+
+def test_rotary_embedding_tables_written_by_a_caller_are_rebuilt():
+    """tables() hands out views of the cache; a caller that writes into them in place does not
+    change later results (the cache sees the write and rebuilds)."""
+    rope = tables.RotaryEmbedding(16, layout="BNSD")
+    x = torch.randn(1, 2, 8, 16, dtype=F64)
+    want = rope(x)
+    t = rope.tables(8)
+    t.cos.mul_(0.5)
+    assert torch.equal(rope(x), want)
+    assert torch.equal(rope(x), tables.RotaryEmbedding(16, layout="BNSD")(x))
+
+
+def test_yarn_and_longrope_need_a_factor_they_can_know():
+    """No factor and nothing to derive it from is refused (it used to mean factor 1: LongRoPE's
+    attention factor silently 1 instead of HF's); with max_position_embeddings= it is derived as
+    HF derives it, and a 0 beta takes HF's default."""
+    lr = {"rope_type": "longrope", "original_max_position_embeddings": 128,
+          "short_factor": [1.0] * 8, "long_factor": [2.0] * 8}
+    for sc in (lr, {"rope_type": "yarn", "original_max_position_embeddings": 128}):
+        with pytest.raises(ValueError, match=f"{sc['rope_type']} scaling needs 'factor'.*max_position_embeddings="):
+            tables.rope_inv_freq(16, 10000.0, sc)
+        with pytest.raises(ValueError, match="needs 'factor'"):
+            tables.RotaryEmbedding(16, layout="BNSD", scaling=sc)
+    _, attn = tables.rope_inv_freq(16, 10000.0, lr, max_position_embeddings=4096)
+    assert attn == pytest.approx(math.sqrt(1 + math.log(32) / math.log(128)))
+    y = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
+    base = tables.rope_inv_freq(64, 10000.0, y)
+    for zero in ({"beta_fast": 0}, {"beta_slow": 0}, {"beta_fast": None}):
+        got = tables.rope_inv_freq(64, 10000.0, {**y, **zero})
+        assert torch.equal(got[0], base[0]) and got[1] == base[1]
+
+
+@pytest.mark.parametrize(
+    "scaling, match",
+    [
+        ({"rope_type": "linear", "factor": 0.0}, "factor must be a finite number > 0"),
+        ({"rope_type": "linear", "factor": -2.0}, "factor must be a finite number > 0"),
+        ({"rope_type": "ntk", "factor": -1.0}, "factor must be a finite number > 0"),
+        ({"rope_type": "linear", "factor": float("inf")}, "factor must be a finite number > 0"),
+        ({"rope_type": "llama3", "factor": "8"}, "factor must be a finite number > 0"),
+        ({"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 0},
+         "original_max_position_embeddings .* must be a number > 0"),
+        ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": -4},
+         "original_max_position_embeddings .* must be a number > 0"),
+        ({"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64, "beta_fast": -1},
+         "beta_fast and beta_slow must be finite numbers > 0"),
+        ({"rope_type": "longrope", "factor": 2.0, "original_max_position_embeddings": 64,
+          "short_factor": [0.0, 1, 1, 1], "long_factor": [1] * 4}, "short_factor must be finite numbers > 0"),
+        ({"rope_type": "longrope", "factor": 2.0, "original_max_position_embeddings": 64,
+          "short_factor": [1] * 4, "long_factor": [1, float("nan"), 1, 1]}, "long_factor must be finite"),
+    ],
+)
+def test_scaling_values_out_of_range_are_refused(scaling, match):
+    """Values that gave inf, NaN or complex frequencies (a warning at most) are errors."""
+    seq = 100 if "long_factor" in scaling and "nan" in str(scaling["long_factor"]) else None
+    with pytest.raises(ValueError, match=match):
+        tables.rope_inv_freq(8, 10000.0, scaling, seq_len=seq)
+
+
+def test_freqs_dtype_must_hold_the_angles():
+    """A 16-bit freqs_dtype rounds the angles themselves (cos wrong by up to 2 at S = 4096)."""
+    calls = (lambda dt: tables.rope_1d(8, 8, freqs_dtype=dt),
+             lambda dt: tables.rope_nd((2, 2), (4, 4), freqs_dtype=dt),
+             lambda dt: tables.rope_mrope(torch.zeros(2, 4), 8, [2, 2], freqs_dtype=dt),
+             lambda dt: tables.rope_inv_freq(8, dtype=dt),
+             lambda dt: tables.RotaryEmbedding(8, layout="BNSD", freqs_dtype=dt))
+    for dt in (torch.float16, torch.bfloat16, torch.int64):
+        for call in calls:
+            with pytest.raises(TypeError, match="must be torch.float64 or torch.float32"):
+                call(dt)
+    assert torch.equal(tables.rope_1d(8, 8, freqs_dtype=torch.float32).cos,
+                       tables.rope_1d(8, 8, freqs_dtype=torch.float32).cos)
+
+
+def test_positions_given_as_tensors_are_never_misread():
+    """A grid or length held in a tensor was read as one token's positions (a [D] table that
+    broadcast over every token): now a 0-dim tensor for rope_1d and a 1-dim tensor for rope_nd are
+    refused; a nested list of per-token positions and a grid of 0-dim int tensors work."""
+    with pytest.raises(ValueError, match="0-dim tensor"):
+        tables.rope_1d(torch.tensor(6), 8)
+    assert tables.rope_1d(torch.tensor([6]), 8).cos.shape == (1, 8)
+    with pytest.raises(ValueError, match=r"at least two dims, got a tensor of shape \[3\]"):
+        tables.rope_nd(torch.tensor([2, 3, 4]), (4, 4, 4))
+    grid = tables.rope_nd((2, 3, 4), (4, 4, 4))
+    assert torch.equal(tables.rope_nd([torch.tensor(2), torch.tensor(3), torch.tensor(4)], (4, 4, 4)).cos, grid.cos)
+    pos = tables.grid_positions((2, 3, 4))
+    assert torch.equal(tables.rope_nd(pos.long().tolist(), (4, 4, 4)).cos, grid.cos)
+    assert torch.equal(tables.rope_nd(pos, (4, 4, 4)).cos, grid.cos)
+
+
+@pytest.mark.parametrize("kind", ["dynamic", "longrope"])
+def test_rope_nd_applies_length_dependent_scaling_per_axis(kind):
+    """Dynamic NTK and LongRoPE depend on the sequence length: each rope_nd axis takes its own
+    (largest position + 1), so an axis equals rope_1d over the same positions (it used to take
+    the short-length frequencies at every length)."""
+    sc = {"rope_type": kind, "factor": 4.0, "original_max_position_embeddings": 16,
+          "short_factor": [1.0 + 0.01 * j for j in range(4)], "long_factor": [1.0 + 0.5 * j for j in range(4)]}
+    grid = (3, 40)  # axis 0 stays short (3 <= 16), axis 1 goes long (40 > 16)
+    t = tables.rope_nd(grid, (8, 8), scaling=[sc, sc], mode="half", dtype=F64)
+    pos = tables.grid_positions(grid)
+    for a in range(2):
+        one = tables.rope_1d(pos[:, a], 8, scaling=sc, mode="half", dtype=F64)
+        assert torch.equal(t.cos[:, 8 * a : 8 * a + 8], one.cos), a
+    plain = tables.rope_nd(grid, (8, 8), mode="half", dtype=F64)
+    assert not torch.equal(t.cos[:, 8:], plain.cos[:, 8:])
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: tables.rope_nd((2, -3, 4), (4, 4, 4)), ValueError, "every grid size must be an int >= 0, got -3"),
+        (lambda: tables.grid_positions((2, 2.5)), ValueError, "every grid size must be an int >= 0"),
+        (lambda: tables.rope_nd((2, 2), (4, 4), theta="10000"), TypeError, "theta must be a number"),
+        (lambda: tables.rope_mrope(torch.zeros(3, 4), 16, [4, -1, 3]), ValueError, "sections must be pair counts >= 0"),
+        (lambda: tables.rope_1d(4, 7), ValueError, "head_dim must be even when every dim rotates"),
+        (lambda: tables.rope_1d(4, 8, rotary_dim=5), ValueError, "rotary_dim must be an even int in"),
+        (lambda: tables.rope_1d(4, 8, offset=None), TypeError, "offset must be a finite int or float"),
+        (lambda: tables.RotaryEmbedding(7, layout="BNSD"), ValueError, "head_dim must be even"),
+        (lambda: tables.RotaryEmbedding(8, layout="BNSD", rotary_dim=3), ValueError, "rotary_dim must be"),
+        (lambda: tables.RotaryEmbedding(8, layout="BNSD", theta=0), ValueError, "theta .* finite number > 0"),
+        (lambda: tables.RotaryEmbedding(8, layout="BNSD", table_dtype=torch.int32), TypeError,
+         "table_dtype must be a floating dtype"),
+        (lambda: tables.RotaryEmbedding(8, layout="BNSD")(torch.zeros(1, 1, 2, 8), offset=None), TypeError,
+         "offset must be a finite int or float"),
+        (lambda: tables.RotaryEmbedding(8, layout="BNSD").tables(-1), ValueError, "seq_len must be an int >= 0"),
+        (lambda: tables.hf_rotary_dim({}), ValueError, "neither head_dim nor hidden_size"),
+    ],
+)
+def test_table_errors_name_the_argument(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_rope_nd_theta_per_axis_as_an_array():
+    import numpy as np
+
+    want = tables.rope_nd((2, 3), (4, 4), theta=[100.0, 10000.0])
+    for th in (np.array([100.0, 10000.0]), torch.tensor([100.0, 10000.0], dtype=F64), (100.0, 10000.0)):
+        assert torch.equal(tables.rope_nd((2, 3), (4, 4), theta=th).cos, want.cos)

@@ -91,6 +91,17 @@ def wan_split(head_dim: int) -> tuple:
 # ---- frequencies and scaling -------------------------------------------------------------------
 
 
+def _is_number(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _check_freqs_dtype(dtype, what: str) -> None:
+    """The frequencies and angles are computed in float64 or float32; a 16-bit dtype would round
+    the angles themselves (wrong by up to 2 at S = 4096)."""
+    if dtype not in (torch.float64, torch.float32):
+        raise TypeError(f"{what} must be torch.float64 or torch.float32 (the dtype the angles are computed in), got {dtype}")
+
+
 def _get(scaling: Mapping, *names, default=None):
     for n in names:
         if n in scaling and scaling[n] is not None:
@@ -126,7 +137,9 @@ def rope_inv_freq(
     ``rope_scaling``: ``"rope_type"`` (or ``"type"``), ``"factor"``, and ``"rope_theta"``, which
     when present is the base and wins over ``theta``. ``L`` below is
     ``original_max_position_embeddings`` from the mapping, else ``max_position_embeddings``.
-    ``hf_rope_scaling(config)`` fills in what HF takes from the config.
+    ``hf_rope_scaling(config)`` fills in what HF takes from the config. Every type but
+    ``default`` needs a finite ``factor`` > 0 (YaRN and LongRoPE derive it from L and
+    ``max_position_embeddings`` when both are known); ``dtype`` is float64 or float32.
 
     * ``default``: no scaling.
     * ``linear`` (position interpolation): ``inv_freq / factor``.
@@ -153,6 +166,7 @@ def rope_inv_freq(
     """
     if dim <= 0 or dim % 2:
         raise ValueError(f"rope_inv_freq: dim must be a positive even number, got {dim}")
+    _check_freqs_dtype(dtype, "rope_inv_freq: dtype")
     kind = _kind(scaling)  # refuses a scaling that is not a mapping
     idx = torch.arange(0, dim, 2, dtype=dtype)
     attn = 1.0
@@ -166,11 +180,25 @@ def rope_inv_freq(
         raise ValueError(f"rope_inv_freq: theta (the base) must be a finite number > 0, got {theta}")
     orig = None if scaling is None else _get(scaling, "original_max_position_embeddings")
     orig = max_position_embeddings if orig is None else orig
+    if orig is not None and not (_is_number(orig) and math.isfinite(orig) and orig > 0):
+        raise ValueError(
+            f"rope_inv_freq: original_max_position_embeddings (or max_position_embeddings=) must be a "
+            f"number > 0, got {orig!r}"
+        )
     factor = None if scaling is None else _get(scaling, "factor")
     if factor is None and kind in ("yarn", "longrope") and orig and max_position_embeddings:
         factor = max_position_embeddings / orig
-    if factor is None and kind in ("linear", "ntk", "dynamic", "llama3"):
-        raise ValueError(f"rope_inv_freq: {kind} scaling needs 'factor' in the mapping, got {dict(scaling)}")
+    if factor is None and kind != "default":
+        how = (
+            ", or original_max_position_embeddings in it and max_position_embeddings= (factor = "
+            "max_position_embeddings / original_max_position_embeddings, as HF derives it; "
+            "hf_rope_scaling(config) fills it in)"
+            if kind in ("yarn", "longrope")
+            else ""
+        )
+        raise ValueError(f"rope_inv_freq: {kind} scaling needs 'factor' in the mapping{how}, got {dict(scaling)}")
+    if factor is not None and not (_is_number(factor) and math.isfinite(factor) and factor > 0):
+        raise ValueError(f"rope_inv_freq: the scaling's factor must be a finite number > 0, got {factor!r}")
     factor = 1.0 if factor is None else float(factor)
     if kind in ("ntk", "dynamic") and dim == 2:
         raise ValueError(f"rope_inv_freq: {kind} scaling needs dim > 2 (its exponent is dim / (dim - 2))")
@@ -195,8 +223,14 @@ def rope_inv_freq(
         inv = inv / factor
     elif kind == "yarn":
         L = need_orig()
-        beta_fast = float(_get(scaling, "beta_fast", default=32.0))
-        beta_slow = float(_get(scaling, "beta_slow", default=1.0))
+        # As HF reads them: a missing, None or 0 beta takes the default.
+        beta_fast = float(_get(scaling, "beta_fast", default=0.0) or 32.0)
+        beta_slow = float(_get(scaling, "beta_slow", default=0.0) or 1.0)
+        if not (beta_fast > 0 and beta_slow > 0 and math.isfinite(beta_fast) and math.isfinite(beta_slow)):
+            raise ValueError(
+                f"rope_inv_freq: yarn beta_fast and beta_slow must be finite numbers > 0, got "
+                f"{beta_fast} and {beta_slow}"
+            )
         truncate = bool(scaling.get("truncate", True))  # as HF reads it: None does not truncate
 
         def corr(r):
@@ -239,6 +273,8 @@ def rope_inv_freq(
                 f"rope_inv_freq: longrope {key} must have dim // 2 = {dim // 2} entries, got "
                 f"{ext.numel()}"
             )
+        if not bool((torch.isfinite(ext) & (ext > 0)).all()):
+            raise ValueError(f"rope_inv_freq: longrope {key} must be finite numbers > 0, got {ext.tolist()}")
         inv = inv / ext
         af = _get(scaling, "attention_factor")
         if af is not None:
@@ -353,7 +389,15 @@ def hf_rotary_dim(config: object) -> tuple[int, int]:
     ``head_dim`` (else ``hidden_size // num_attention_heads``) and ``int(head_dim *
     partial_rotary_factor)``."""
     config = _hf_config(config)
-    head_dim = _cfg(config, "head_dim") or _cfg(config, "hidden_size") // _cfg(config, "num_attention_heads")
+    head_dim = _cfg(config, "head_dim")
+    if not head_dim:
+        hidden, heads = _cfg(config, "hidden_size"), _cfg(config, "num_attention_heads")
+        if not hidden or not heads:
+            raise ValueError(
+                "hf_rotary_dim: the config has neither head_dim nor hidden_size and num_attention_heads "
+                f"(got hidden_size={hidden!r}, num_attention_heads={heads!r})"
+            )
+        head_dim = hidden // heads
     rp = _rope_params(config)
     prf = _get(rp, "partial_rotary_factor", default=_cfg(config, "partial_rotary_factor", 1.0))
     return int(head_dim), int(head_dim * float(prf))
@@ -394,23 +438,62 @@ def rotate_matrix(
     return compose_matrix(*blocks).to(device)
 
 
-def _finish(ang: Tensor, head_dim: int, attn: float | Tensor, dtype, device, mat: Tensor) -> RopeTables:
-    """Per-element angles ``[..., r]`` -> tables padded to head_dim with the identity. ``attn``: the
-    attention factor, one for all dims or one per rotated dim (``[r]``, rope_nd's axes)."""
+# Rows of float64 angles turned into tables at a time: the float64 intermediates of a long table
+# (several times the table itself) never exist all at once.
+_FINISH_ROWS = 8192
+
+
+def _finish(ang_rows, lead: tuple, r: int, head_dim: int, attn: float | Tensor, dtype, device,
+            mat: Tensor) -> RopeTables:
+    """Per-element angles -> tables ``[*lead, head_dim]`` padded to head_dim with the identity.
+
+    ``ang_rows(lo, hi)`` gives the angles ``[hi - lo, r]`` of rows ``lo .. hi - 1`` of the
+    flattened ``lead`` dims; they are converted ``_FINISH_ROWS`` rows at a time into the output.
+    ``attn``: the attention factor, one for all dims or one per rotated dim (``[r]``, rope_nd's
+    axes)."""
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype of the tables must be a floating dtype, got {dtype}")
-    cos, sin = torch.cos(ang), torch.sin(ang)
-    if isinstance(attn, Tensor) or attn != 1.0:
-        cos, sin = cos * attn, sin * attn
-    pad = head_dim - ang.shape[-1]
-    if pad:
-        shape = (*ang.shape[:-1], pad)
-        cos = torch.cat([cos, torch.ones(shape, dtype=cos.dtype)], dim=-1)
-        sin = torch.cat([sin, torch.full(shape, -0.0, dtype=sin.dtype)], dim=-1)  # keeps x's -0, see above
-    return RopeTables(cos.to(dtype).to(device), sin.to(dtype).to(device), mat.to(device))
+    rows = math.prod(lead)
+    cos = torch.empty(rows, head_dim, dtype=dtype)
+    sin = torch.empty(rows, head_dim, dtype=dtype)
+    scale = isinstance(attn, Tensor) or attn != 1.0
+    for lo in range(0, rows, _FINISH_ROWS):
+        hi = min(rows, lo + _FINISH_ROWS)
+        ang = ang_rows(lo, hi)
+        c, s = torch.cos(ang), torch.sin(ang)
+        if scale:
+            c, s = c * attn, s * attn
+        cos[lo:hi, :r] = c
+        sin[lo:hi, :r] = s
+    cos[:, r:] = 1.0
+    sin[:, r:] = -0.0  # keeps x's -0, see above
+    shape = (*lead, head_dim)
+    return RopeTables(cos.reshape(shape).to(device), sin.reshape(shape).to(device), mat.to(device))
+
+
+def _check_dims(head_dim, rotary_dim, where: str) -> None:
+    """head_dim a positive int; rotary_dim (default head_dim) even and in (0, head_dim]."""
+    if not isinstance(head_dim, numbers.Integral) or isinstance(head_dim, bool) or head_dim <= 0:
+        raise ValueError(f"{where}: head_dim must be an int > 0, got {head_dim!r}")
+    if rotary_dim is None:
+        if head_dim % 2:
+            raise ValueError(
+                f"{where}: head_dim must be even when every dim rotates (rotary_dim not given), got "
+                f"{head_dim}; pass an even rotary_dim < head_dim to rotate only the first dims"
+            )
+        return
+    if not isinstance(rotary_dim, numbers.Integral) or isinstance(rotary_dim, bool) or rotary_dim <= 0 \
+            or rotary_dim % 2 or rotary_dim > head_dim:
+        raise ValueError(f"{where}: rotary_dim must be an even int in (0, head_dim={head_dim}], got {rotary_dim!r}")
+
+
+def _check_offset(offset, where: str) -> None:
+    if not (_is_number(offset) and math.isfinite(offset)):
+        raise TypeError(f"{where}: offset must be a finite int or float (the first position), got {offset!r}")
 
 
 def _positions(positions, offset, dtype) -> Tensor:
+    _check_offset(offset, "positions")
     if isinstance(positions, (bool, float)):
         raise TypeError(
             f"positions must be an int S (positions offset .. offset + S - 1) or a tensor of positions "
@@ -420,7 +503,14 @@ def _positions(positions, offset, dtype) -> Tensor:
         if int(positions) < 0:
             raise ValueError(f"positions: S must be >= 0, got {int(positions)}")
         return torch.arange(int(positions), dtype=dtype) + offset
-    p = torch.as_tensor(positions).detach().to("cpu", dtype)
+    p = torch.as_tensor(positions).detach()
+    if p.dim() == 0:
+        raise ValueError(
+            f"positions must be an int S (positions offset .. offset + S - 1) or a tensor of positions "
+            f"[..., S] with at least one dim, got a 0-dim tensor ({p.item()!r}): pass int(S) for S "
+            f"positions, or torch.tensor([p]) for the one position p"
+        )
+    p = p.to("cpu", dtype)
     return p + offset if offset else p
 
 
@@ -457,16 +547,15 @@ def rope_1d(
     (``seq_len`` for dynamic NTK and LongRoPE is the largest position + 1).
     """
     _check_mode(mode)
+    _check_freqs_dtype(freqs_dtype, "rope_1d: freqs_dtype")
+    _check_dims(head_dim, rotary_dim, "rope_1d")
     r = head_dim if rotary_dim is None else rotary_dim
-    if r <= 0 or r % 2 or r > head_dim:
-        raise ValueError(
-            f"rope_1d: rotary_dim must be even and in (0, head_dim={head_dim}], got {r}"
-        )
     pos = _positions(positions, offset, freqs_dtype)
     inv, attn = rope_inv_freq(r, theta, scaling, seq_len=_seq_len(pos, scaling), dtype=freqs_dtype)
-    ang = _expand_pairs(pos.unsqueeze(-1) * inv, mode)
+    flat = pos.reshape(-1, 1)
     return _finish(
-        ang, head_dim, attn, dtype, device, rotate_matrix([r], head_dim, mode, mat_dtype)
+        lambda lo, hi: _expand_pairs(flat[lo:hi] * inv, mode), tuple(pos.shape), r, head_dim, attn,
+        dtype, device, rotate_matrix([r], head_dim, mode, mat_dtype),
     )
 
 
@@ -489,6 +578,8 @@ def grid_positions(
         )
     axes = []
     for a, size in enumerate(grid):
+        if not _is_grid_size(size) or int(size) < 0:
+            raise ValueError(f"grid_positions: every grid size must be an int >= 0, got {size!r} for axis {a} of {tuple(grid)!r}")
         p = torch.arange(int(size), dtype=dtype)
         if centers[a]:
             p = p - (int(size) - int(size) // 2)
@@ -497,6 +588,22 @@ def grid_positions(
         axes.append(p)
     mesh = torch.meshgrid(*axes, indexing="ij")
     return torch.stack([m.reshape(-1) for m in mesh], dim=-1)
+
+
+def _is_grid_size(g) -> bool:
+    """An int, NumPy integer or 0-dim integer tensor: one axis size of a grid."""
+    if isinstance(g, Tensor):
+        return g.dim() == 0 and not g.is_floating_point() and not g.is_complex() and g.dtype != torch.bool
+    return isinstance(g, numbers.Integral) and not isinstance(g, bool)
+
+
+def _theta(t, a: int) -> float:
+    """Axis a's theta as a float; anything but a real number is a TypeError naming the axis."""
+    if isinstance(t, Tensor) and t.numel() == 1:
+        t = t.item()
+    if not _is_number(t):
+        raise TypeError(f"rope_nd: theta must be a number or one number per axis, got {t!r} for axis {a}")
+    return float(t)
 
 
 def rope_nd(
@@ -529,13 +636,21 @@ def rope_nd(
     n = len(axes_dim)
     if any(d <= 0 or d % 2 for d in axes_dim):
         raise ValueError(f"rope_nd: every axis dim must be positive and even, got {axes_dim}")
-    if isinstance(positions, (list, tuple)):
+    _check_freqs_dtype(freqs_dtype, "rope_nd: freqs_dtype")
+    if isinstance(positions, (list, tuple)) and all(_is_grid_size(g) for g in positions):
         pos = grid_positions(positions, dtype=freqs_dtype)
-    else:  # a tensor (or array) of per-token positions
+    else:  # per-token positions: a tensor, array or nested list [..., S, N]
         pos = torch.as_tensor(positions).detach().to("cpu", freqs_dtype)
+        if pos.dim() < 2:
+            raise ValueError(
+                f"rope_nd: positions must be a grid (a list or tuple of {n} ints, e.g. (t, h, w)) or "
+                f"per-token positions [..., S, {n}] with at least two dims, got a tensor of shape "
+                f"{list(pos.shape)}; for a grid held in a tensor pass positions.tolist()"
+            )
     if pos.shape[-1] != n:
         raise ValueError(f"rope_nd: positions must have {n} axes (last dim), got {list(pos.shape)}")
-    thetas = list(theta) if isinstance(theta, (list, tuple)) else [theta] * n
+    one = _is_number(theta) or (isinstance(theta, Tensor) and theta.dim() == 0)
+    thetas = [theta] * n if one or isinstance(theta, str) or not hasattr(theta, "__len__") else list(theta)
     if scaling is None:
         scalings = [None] * n
     elif isinstance(scaling, (list, tuple)):
@@ -550,15 +665,21 @@ def rope_nd(
             raise ValueError(f"rope_nd: {name} must have one entry per axis ({n} for axes_dim {axes_dim}), got {len(vals)}")
     total = sum(axes_dim)
     head_dim = total if head_dim is None else head_dim
-    angs, attns = [], []
+    invs, attns = [], []
     for a, d in enumerate(axes_dim):
-        inv, at = rope_inv_freq(d, float(thetas[a]), scalings[a], dtype=freqs_dtype)
+        seq_len = _seq_len(pos[..., a], scalings[a])  # dynamic NTK, LongRoPE: per axis
+        inv, at = rope_inv_freq(d, _theta(thetas[a], a), scalings[a], seq_len=seq_len, dtype=freqs_dtype)
+        invs.append(inv)
         attns.append(torch.full((d,), at, dtype=freqs_dtype))  # each axis its own factor
-        angs.append(_expand_pairs(pos[..., a : a + 1] * inv, mode))
-    ang = torch.cat(angs, dim=-1)
     attn = torch.cat(attns) if any(bool((t != 1.0).any()) for t in attns) else 1.0
+    flat = pos.reshape(-1, n)
+
+    def ang_rows(lo, hi):
+        return torch.cat([_expand_pairs(flat[lo:hi, a : a + 1] * inv, mode) for a, inv in enumerate(invs)], dim=-1)
+
     return _finish(
-        ang, head_dim, attn, dtype, device, rotate_matrix(axes_dim, head_dim, mode, mat_dtype)
+        ang_rows, tuple(pos.shape[:-1]), total, head_dim, attn, dtype, device,
+        rotate_matrix(axes_dim, head_dim, mode, mat_dtype),
     )
 
 
@@ -589,6 +710,9 @@ def rope_mrope(
     """
     _check_mode(mode)
     sections = [int(s) for s in sections]
+    if not sections or any(s < 0 for s in sections) or sum(sections) == 0:
+        raise ValueError(f"rope_mrope: sections must be pair counts >= 0 with a positive sum, got {sections}")
+    _check_freqs_dtype(freqs_dtype, "rope_mrope: freqs_dtype")
     half_r = sum(sections)
     r = 2 * half_r
     if r > head_dim:
@@ -609,9 +733,10 @@ def rope_mrope(
     inv, attn = rope_inv_freq(r, theta, scaling, seq_len=_seq_len(pos, scaling), dtype=freqs_dtype)
     # pos: [n, ..., S] -> per pair [..., S, half_r] picking stream[j]
     per_pair = pos.movedim(0, -1)[..., stream]  # [..., S, half_r]
-    ang = _expand_pairs(per_pair * inv, mode)
+    flat = per_pair.reshape(-1, half_r)
     return _finish(
-        ang, head_dim, attn, dtype, device, rotate_matrix([r], head_dim, mode, mat_dtype)
+        lambda lo, hi: _expand_pairs(flat[lo:hi] * inv, mode), tuple(per_pair.shape[:-1]), r, head_dim,
+        attn, dtype, device, rotate_matrix([r], head_dim, mode, mat_dtype),
     )
 
 
@@ -636,6 +761,29 @@ def for_layout(t: Tensor, layout: str) -> Tensor:
     return t.reshape(t.shape[0], *([1] * inner), t.shape[-1])
 
 
+_ROPE_SETTINGS = ("head_dim", "rotary_dim", "theta", "mode", "layout", "scaling", "freqs_dtype", "table_dtype")
+
+
+class _FrozenMapping(Mapping):
+    """A read-only copy of a scaling mapping, its lists (LongRoPE's factors) as tuples; unlike a
+    ``MappingProxyType`` it pickles and deep-copies with the module."""
+
+    def __init__(self, scaling: Mapping):
+        self._d = {k: tuple(v) if isinstance(v, list) else v for k, v in scaling.items()}
+
+    def __getitem__(self, key):
+        return self._d[key]
+
+    def __iter__(self):
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __repr__(self) -> str:
+        return repr(self._d)
+
+
 class RotaryEmbedding(torch.nn.Module):
     """1D RoPE with cached tables, applied with ``rope_matrix_qk``: ``rope(q, k) -> (q_out, k_out)``.
 
@@ -646,7 +794,9 @@ class RotaryEmbedding(torch.nn.Module):
     layouts, since that is what a q/k in the other layout looks like.
 
     Tables are kept out of the module's buffers on purpose: ``model.to(torch.bfloat16)`` must not
-    round them (they are float32 unless ``table_dtype`` says otherwise). ``forward(q, k)`` rotates
+    round them (they are float32 unless ``table_dtype`` says otherwise). The settings are fixed
+    when the module is built (assigning one raises ``AttributeError``; ``scaling`` is a read-only
+    copy), and tables a caller wrote into are rebuilt. ``forward(q, k)`` rotates
     q and k; pass ``offset`` (KV cache) or per-token ``positions`` (``[S]`` or ``[B, S]``).
 
         rope = RotaryEmbedding(128, theta=1e6, mode="half", layout="BSND",
@@ -674,15 +824,41 @@ class RotaryEmbedding(torch.nn.Module):
                 f"RotaryEmbedding: layout must be one of {sorted(_SEQ_DIM)} (BNSD for q [B, N, S, D], "
                 f"BSND for q [B, S, N, D]), got {layout!r}"
             )
-        self.head_dim, self.rotary_dim, self.theta, self.mode = head_dim, rotary_dim, theta, mode
+        _check_dims(head_dim, rotary_dim, "RotaryEmbedding")
+        if not (_is_number(theta) and math.isfinite(theta) and theta > 0):
+            raise ValueError(f"RotaryEmbedding: theta (the base) must be a finite number > 0, got {theta!r}")
+        _check_freqs_dtype(freqs_dtype, "RotaryEmbedding: freqs_dtype")
+        if not isinstance(table_dtype, torch.dtype) or not table_dtype.is_floating_point:
+            raise TypeError(f"RotaryEmbedding: table_dtype must be a floating dtype, got {table_dtype}")
         kind = _kind(scaling)  # a bad scaling is refused here, not at the first call
         if kind not in _KINDS:
             raise ValueError(f"RotaryEmbedding: unknown scaling type {kind!r}; expected one of {', '.join(_KINDS)}")
-        self.scaling, self.layout = scaling, layout
-        self.freqs_dtype, self.table_dtype = freqs_dtype, table_dtype
+        # The settings are fixed: the cached tables are built from them. The scaling is copied (a
+        # caller's later change to its own dict must not reach this module) and read-only.
+        settings = {
+            "head_dim": head_dim, "rotary_dim": rotary_dim, "theta": theta, "mode": mode, "layout": layout,
+            "scaling": None if scaling is None else _FrozenMapping(scaling),
+            "freqs_dtype": freqs_dtype, "table_dtype": table_dtype,
+        }
+        object.__setattr__(self, "_settings", settings)
+        if scaling is not None:  # a bad scaling (factor, lists, ...) is refused here too
+            rope_inv_freq(head_dim if rotary_dim is None else rotary_dim, theta, self.scaling, dtype=freqs_dtype)
         # (device, dtype, regime) -> (tables [L, D] for positions 0 .. L-1, cos and sin viewed for
-        # the layout); L grows geometrically (see tables())
+        # the layout, versions of cos and sin when built); L grows geometrically (see tables())
         self._cache: dict[tuple, tuple] = {}
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _ROPE_SETTINGS:
+            raise AttributeError(
+                f"RotaryEmbedding.{name} is fixed when the module is built (its cached tables come from "
+                f"it); build a new RotaryEmbedding with {name}={value!r}"
+            )
+        super().__setattr__(name, value)
+
+    def __getattr__(self, name: str):
+        if name in _ROPE_SETTINGS:
+            return self.__dict__["_settings"][name]
+        return super().__getattr__(name)
 
     @classmethod
     def from_hf_config(cls, config: object, *, layout: str, **kwargs: object) -> RotaryEmbedding:
@@ -706,7 +882,8 @@ class RotaryEmbedding(torch.nn.Module):
         """The settings shown by ``print(module)``."""
         return (
             f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, theta={self.theta}, "
-            f"mode={self.mode!r}, layout={self.layout!r}, scaling={self.scaling}"
+            f"mode={self.mode!r}, layout={self.layout!r}, "
+            f"scaling={None if self.scaling is None else dict(self.scaling)}"
         )
 
     def _build(self, positions, offset, device):
@@ -745,9 +922,17 @@ class RotaryEmbedding(torch.nn.Module):
             return None
         key = (device, self.table_dtype, reg[0])
         hit = self._cache.get(key)
+        # A caller wrote into the tables it was handed (views of these): rebuild. (Eager only: a
+        # compiled graph reads the tables as they were when it was traced.)
+        if hit is not None and not torch.compiler.is_compiling() and (
+            hit[0].cos._version, hit[0].sin._version
+        ) != hit[3]:
+            hit = None
         have = 0 if hit is None else hit[0].cos.shape[0]
         if have < end:
-            n = max(end, 2 * have)
+            # Geometric growth; the first build has headroom too, so that the decode steps after a
+            # prefill of S tokens do not rebuild at once.
+            n = max(end + end // 4, 2 * have)
             if reg[1] is not None:
                 n = min(n, reg[1])
             # Built as normal tensors even under torch.inference_mode(): an inference tensor in
@@ -755,7 +940,8 @@ class RotaryEmbedding(torch.nn.Module):
             # be saved for backward").
             with torch.inference_mode(False):
                 t = self._build(n, 0, device)
-                hit = (t, for_layout(t.cos, self.layout), for_layout(t.sin, self.layout))
+                hit = (t, for_layout(t.cos, self.layout), for_layout(t.sin, self.layout),
+                       (t.cos._version, t.sin._version))
             self._cache[key] = hit
         return hit
 
@@ -773,6 +959,9 @@ class RotaryEmbedding(torch.nn.Module):
         """
         if not isinstance(device, torch.device):
             device = torch.device("cpu") if device is None else torch.device(device)
+        _check_offset(offset, "RotaryEmbedding")
+        if not isinstance(seq_len, numbers.Integral) or isinstance(seq_len, bool) or seq_len < 0:
+            raise ValueError(f"RotaryEmbedding.tables: seq_len must be an int >= 0, got {seq_len!r}")
         seq_len = int(seq_len)
         whole = isinstance(offset, int) or float(offset).is_integer()
         hit = self._full(int(offset) + seq_len, device) if whole and offset >= 0 else None
