@@ -1,10 +1,10 @@
 // PrivateUse1 (Ascend NPU) implementation of the rope_matrix ops. Compiled only in the NPU build
 // (cmake/npu_build.cmake): needs CANN (bisheng, ACL, the tiling API) and torch_npu.
 //
-// Reads top to bottom: shared validator -> device guard -> NPU limits and the [outer, S, inner, D]
-// view (op_host/rope_matrix_host.cpp, the same code the CPU twin runs) -> kernel choice and tiling
-// from the platform's real core counts and UB size -> output and workspace -> launch on the
-// current NPU stream.
+// Reads top to bottom: shared validator -> device guard -> operands in a plain (base) layout ->
+// NPU limits and the [outer, S, inner, D] view (op_host/rope_matrix_host.cpp, the same code the
+// CPU twin runs) -> kernel choice and tiling from the platform's real core counts and UB size ->
+// output and workspace -> launch on the current NPU stream.
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -15,6 +15,7 @@
 #include "op_host/rope_matrix_host.h"
 #include "op_host/rope_matrix_tiling.h"
 #include "tiling/platform/platform_ascendc.h"
+#include "torch_npu/csrc/core/npu/NPUFormat.h"
 #include "torch_npu/csrc/core/npu/NPUStream.h"
 #include "validation/rope_matrix_validate.h"
 
@@ -41,6 +42,13 @@ rope_matrix::Platform npu_platform() {
   plat.aicNum = p->GetCoreNumAic();
   plat.aivNum = p->GetCoreNumAiv();
   p->GetCoreMemSize(platform_ascendc::CoreMemType::UB, plat.ubBytes);
+  // The kernels are built for dav-c220 (SOC_VERSION, an Atlas A2 910B; ASCEND910B also covers the
+  // 910_93 series). On another SoC family the launch stub returns 0 without running anything, and
+  // the output would be uninitialised memory.
+  TORCH_CHECK(p->GetSocVersion() == platform_ascendc::SocVersion::ASCEND910B,
+              "rope_matrix (NPU): this build's kernels run on Atlas A2 (Ascend910B, SocVersion::ASCEND910B); the "
+              "device reports SocVersion ", static_cast<int>(p->GetSocVersion()),
+              ". Compute on the CPU (x.cpu()) or rebuild for this SoC");
   // The kernel finds its user workspace 16 MiB after the system workspace (GetUserWorkspace).
   TORCH_CHECK(p->GetLibApiWorkSpaceSize() == rope_matrix::kSysWorkspace,
               "rope_matrix (NPU): library system workspace is ", p->GetLibApiWorkSpaceSize(),
@@ -64,12 +72,25 @@ LaunchFn launcher(const std::string& kernel) {
   TORCH_CHECK(false, "rope_matrix (NPU): no kernel ", kernel);
 }
 
-at::Tensor rope_matrix_npu(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin, const at::Tensor& cos) {
-  const auto in = npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x, y, sin, cos);
-  const c10::DeviceGuard guard(x.device());
+// An NPU tensor in one of torch_npu's private layouts (FRACTAL_NZ, NC1HWC0, ...: what
+// npu_format_cast makes) is stored in blocks, not in the row-major order its strides describe,
+// and contiguous() leaves it so: the kernels read plain rows, so such an operand is cast to ND
+// first. The base formats (ND, NCHW, NHWC, NCDHW) are stored as their strides say.
+at::Tensor base_format(const at::Tensor& t) {
+  if (t.device().type() != c10::DeviceType::PrivateUse1) return t;
+  const int64_t f = at_npu::native::get_npu_format(t);
+  if (f == ACL_FORMAT_ND || f == ACL_FORMAT_NCHW || f == ACL_FORMAT_NHWC || f == ACL_FORMAT_NCDHW) return t;
+  return at_npu::native::npu_format_cast(t, ACL_FORMAT_ND);
+}
+
+at::Tensor rope_matrix_npu(const at::Tensor& x_in, const at::Tensor& y, const at::Tensor& sin, const at::Tensor& cos) {
+  const auto in = npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x_in, y, sin, cos);
+  const c10::DeviceGuard guard(x_in.device());
+  const at::Tensor x = base_format(x_in);
   // NPU limits, the table layout and contiguous operands (a strided x is copied once here; views
   // with a storage offset are used in place through data_ptr()).
-  const rope_matrix::PreparedCall c = rope_matrix::prepare_call("rope_matrix", x, in.mat, in.sin, in.cos);
+  const rope_matrix::PreparedCall c =
+      rope_matrix::prepare_call("rope_matrix", x, base_format(in.mat), base_format(in.sin), base_format(in.cos));
   at::Tensor out = at::empty(c.x.sizes(), c.x.options());
   if (c.empty) return out.view(x.sizes());
 

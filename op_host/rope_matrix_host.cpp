@@ -37,6 +37,12 @@ PreparedCall prepare_call(const char* op, const at::Tensor& x, const at::Tensor&
   TORCH_CHECK_TYPE(xt == at::kBFloat16 || xt == at::kHalf || xt == at::kFloat, op,
                    " (NPU): x must have dtype torch.bfloat16, torch.float16 or torch.float32 on the NPU, got ",
                    npu_ops_transformer_ext::dtype_name(xt), "; pass x.float() (or compute on the CPU)");
+  // An empty x has an empty result whatever D is, as on the CPU: nothing to check or launch.
+  if (x.numel() == 0) {
+    c.x = x.contiguous();
+    c.empty = true;
+    return c;
+  }
   const int64_t D = x.size(-1);
   TORCH_CHECK_VALUE(D >= kMinD, op, " (NPU): D = x.size(-1) must be >= ", kMinD, ", got ", D);
 

@@ -294,6 +294,38 @@ def test_twin_one_table_constant_the_other_along_s(kernel):
         torch.testing.assert_close(out, rope_matrix_reference(x, y, s_, c_), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("kernel", ["perm", "mix"])
+def test_twin_sees_negated_views_and_zero_tensors_as_the_op_does(kernel):
+    # The op gets a negated view's values and an efficient zero tensor as zeros through the
+    # dispatcher's fallbacks; twin.run, called directly, resolves them itself (it computed on the
+    # un-negated data, and dereferenced the zero tensor's null pointer).
+    op = torch.ops.npu_ops_transformer_ext.rope_matrix
+    x, y, sin, cos = _inputs("bnsd", 3, 41, "d128", "bf16", "x", "half", 0)
+    neg = torch._neg_view
+    zero = torch._efficientzerotensor(sin.shape, dtype=sin.dtype)
+    for args in ((neg(x), y, sin, cos), (x, neg(y), sin, cos), (x, y, neg(sin), cos), (x, y, sin, neg(cos)),
+                 (x, y, zero, cos), (x, y, sin, zero)):
+        out, rep = twin.run(*args, kernel=kernel)
+        assert rep["kernel_kind"] == kernel
+        want = rope_matrix_reference(*(a.resolve_neg() if not a._is_zerotensor() else torch.zeros_like(sin)
+                                       for a in args))
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        torch.testing.assert_close(out, op(*args), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (3, 0), (2, 0, 8), (0, 128)])
+def test_twin_empty_x_any_d_as_on_the_cpu(shape):
+    # An empty x has an empty result whatever D is, as the CPU op gives (D >= 16 applies only when
+    # there is something to compute).
+    d = shape[-1]
+    x = torch.empty(shape, dtype=torch.bfloat16)
+    y = torch.zeros(d, d, dtype=torch.bfloat16)
+    t = torch.empty(d, dtype=torch.bfloat16)
+    out, rep = twin.run(x, y, t, t)
+    assert out.shape == x.shape and out.dtype == x.dtype and rep == {}
+    assert torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, t, t).shape == x.shape
+
+
 def test_twin_float_y_with_nan_is_taken_as_the_cpu_takes_it():
     # x.dtype holds NaN exactly, so a float32 mat with a NaN entry passes the launcher's exactness
     # check as it passes the shared validator's; the MIX kernel's column of that entry is NaN.

@@ -149,11 +149,23 @@ def perm_tiling(
     return _twin.perm_tiling(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim)
 
 
+def _materialized(t):
+    """What an op sees after the dispatcher's fallbacks, which the twin (called directly, not
+    through the dispatcher) does not get: a negated view's values resolved, an efficient zero
+    tensor (no memory) as real zeros. Anything that is not a tensor is left for the validator."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    if t._is_zerotensor():
+        return torch.zeros(t.shape, dtype=t.dtype, device=t.device)
+    return t.resolve_neg().resolve_conj()
+
+
 def _run(
     x, y, sin, cos, *, soc, max_block_dim=0, variant="", tiling_patch=None, op_limit=0, slot_bytes=0,
     kernel="", timeline=False, trace=None, timing_params=None,
 ):
     # variant / tiling_patch / op_limit / slot_bytes exist for the twin's own tests only.
+    x, y, sin, cos = (_materialized(t) for t in (x, y, sin, cos))
     r = _twin.run(
         x, y, sin, cos, soc, max_block_dim, variant, tiling_patch or {}, op_limit,
         slot_bytes or _twin.SLOT_BYTES, kernel, timeline, trace or "", timing_params or {},
