@@ -840,7 +840,8 @@ class RotaryEmbedding(torch.nn.Module):
             "scaling": None if scaling is None else _FrozenMapping(scaling),
             "freqs_dtype": freqs_dtype, "table_dtype": table_dtype,
         }
-        object.__setattr__(self, "_settings", settings)
+        for name, value in settings.items():  # plain attributes (fast to read); __setattr__ refuses writes
+            object.__setattr__(self, name, value)
         if scaling is not None:  # a bad scaling (factor, lists, ...) is refused here too
             rope_inv_freq(head_dim if rotary_dim is None else rotary_dim, theta, self.scaling, dtype=freqs_dtype)
         # (device, dtype, regime) -> (tables [L, D] for positions 0 .. L-1, cos and sin viewed for
@@ -855,10 +856,6 @@ class RotaryEmbedding(torch.nn.Module):
             )
         super().__setattr__(name, value)
 
-    def __getattr__(self, name: str):
-        if name in _ROPE_SETTINGS:
-            return self.__dict__["_settings"][name]
-        return super().__getattr__(name)
 
     @classmethod
     def from_hf_config(cls, config: object, *, layout: str, **kwargs: object) -> RotaryEmbedding:
@@ -959,8 +956,10 @@ class RotaryEmbedding(torch.nn.Module):
         """
         if not isinstance(device, torch.device):
             device = torch.device("cpu") if device is None else torch.device(device)
-        _check_offset(offset, "RotaryEmbedding")
-        if not isinstance(seq_len, numbers.Integral) or isinstance(seq_len, bool) or seq_len < 0:
+        if type(offset) is not int:  # the decode loop's int skips the (slower) general check
+            _check_offset(offset, "RotaryEmbedding")
+        if type(seq_len) is not int and (not isinstance(seq_len, numbers.Integral) or isinstance(seq_len, bool)) \
+                or seq_len < 0:
             raise ValueError(f"RotaryEmbedding.tables: seq_len must be an int >= 0, got {seq_len!r}")
         seq_len = int(seq_len)
         whole = isinstance(offset, int) or float(offset).is_integer()
