@@ -949,10 +949,12 @@ class RotaryEmbedding(torch.nn.Module):
         (e.g. ``[S, 1, D]`` for BSND).
 
         Slices of one cached table per (device, dtype) holding positions ``0 .. L - 1``: when a
-        call needs a position past L, the table is rebuilt for ``max(needed, 2 L)`` positions, so
-        a decode loop (``offset`` growing by one per step) rebuilds O(log n) times and otherwise
-        only slices. Dynamic NTK past ``original_max_position_embeddings`` (frequencies that
-        depend on the sequence length) and non-integer or negative offsets build per call.
+        call needs a position past L, the table is rebuilt for ``max(needed + needed // 4, 2 L)``
+        positions, so a decode loop (``offset`` growing by one per step) rebuilds O(log n) times
+        and otherwise only slices. Dynamic NTK past ``original_max_position_embeddings``
+        (frequencies that depend on the sequence length) and non-integer or negative offsets build
+        per call. The tables are views of the cache: a write into them is seen (the version
+        counter) and the cache rebuilt at the next call.
         """
         if not isinstance(device, torch.device):
             device = torch.device("cpu") if device is None else torch.device(device)
