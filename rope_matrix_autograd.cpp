@@ -22,6 +22,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -92,7 +93,9 @@ at::Tensor tree_sum(at::Tensor t, int64_t dim, bool in_place) {
 // Sums t (x's shape; a temporary the caller gives up) down to `shape`, a shape that broadcasts to
 // it, dimension by dimension in ascending order, each with tree_sum.
 at::Tensor reduce_to(at::Tensor t, at::IntArrayRef shape) {
-  const bool in_place = !(at::GradMode::is_enabled() && t.requires_grad());
+  // (An efficient zero tensor, the product with a zero grad_output, is immutable: summed out of
+  // place.)
+  const bool in_place = !(at::GradMode::is_enabled() && t.requires_grad()) && !t._is_zerotensor();
   const int64_t lead = t.dim() - static_cast<int64_t>(shape.size());
   bool reduced = false;
   for (int64_t i = 0; i < t.dim(); ++i) {
@@ -140,6 +143,10 @@ at::Tensor product_sum(const at::Tensor& g, const at::Tensor& x, const at::Tenso
   return out;
 }
 
+// t as [M, D] rows: reshape (which batched gradients, is_grads_batched=True, can take; flatten of
+// a batched tensor has no batching rule), flatten when D = 0 (reshape({-1, 0}) is ambiguous).
+at::Tensor rows(const at::Tensor& t) { return t.size(-1) > 0 ? t.reshape({-1, t.size(-1)}) : t.flatten(0, -2); }
+
 // Sum of the y/sin/cos gradients over (grad_out, x) pairs (pairs with an undefined tensor are
 // skipped). Differentiable: ATen ops and the registered rope_matrix.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> table_grads(
@@ -153,9 +160,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> table_grads(
     if (need_cos) add(dcos, product_sum(g, x, nullptr, cos.sizes(), acc));
     if (need_sin) add(dsin, product_sum(g, x, &y, sin.sizes(), acc));
     if (need_y) {
-      // [M, D] (flatten, not reshape({-1, d}): D may be 0)
-      const at::Tensor gs = (g.to(acc) * sin.to(acc)).flatten(0, -2);
-      add(dy, x.to(acc).flatten(0, -2).t().mm(gs));
+      const at::Tensor gs = rows(g.to(acc) * sin.to(acc));  // [M, D]
+      add(dy, rows(x.to(acc)).t().mm(gs));
     }
   }
   const auto cast = [](const at::Tensor& t, const at::Tensor& ref) {
@@ -265,17 +271,22 @@ const c10::TypedOperatorHandle<InplaceSig>& op_inplace() {
   return op;
 }
 
-// rope_matrix_ is for inference: it refuses an x that requires grad (in any grad mode) and, with
-// grad mode on, a mat/sin/cos that requires grad, naming the argument. It bumps x's version counter,
-// so a graph that saved x before the in-place call fails at backward instead of computing a wrong
-// gradient.
-void rope_matrix_inplace_autograd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
-                                  const at::Tensor& cos) {
-  refuse_forward_ad("rope_matrix_", {{"x", &x}, {"mat", &y}, {"sin", &sin}, {"cos", &cos}});
+void refuse_x_requiring_grad(const at::Tensor& x) {
   TORCH_CHECK(!x.requires_grad(),
               "rope_matrix_: x requires grad; the in-place op is for inference and cannot be "
               "differentiated. Use rope_matrix (out of place) for training, or pass a tensor that "
               "does not require grad (e.g. x.detach()).");
+}
+
+// rope_matrix_ is for inference: it refuses an x that requires grad (in any grad mode, inference
+// mode included) and, with grad mode on, a mat/sin/cos that requires grad, naming the argument. It
+// bumps x's version counter (ADInplaceOrView, which runs for a normal x in every mode, inside
+// torch.inference_mode() too, where the Autograd kernel does not), so a graph that saved x before
+// the in-place call fails at backward instead of computing a wrong gradient.
+void rope_matrix_inplace_autograd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
+                                  const at::Tensor& cos) {
+  refuse_forward_ad("rope_matrix_", {{"x", &x}, {"mat", &y}, {"sin", &sin}, {"cos", &cos}});
+  refuse_x_requiring_grad(x);
   if (at::GradMode::is_enabled()) {
     const std::pair<const char*, const at::Tensor*> named[] = {{"mat", &y}, {"sin", &sin}, {"cos", &cos}};
     for (const auto& [name, t] : named) {
@@ -284,11 +295,18 @@ void rope_matrix_inplace_autograd(const at::Tensor& x, const at::Tensor& y, cons
                   "rope_matrix (out of place), or call it under torch.no_grad().");
     }
   }
+  at::AutoDispatchBelowAutograd guard;  // on to ADInplaceOrView
+  op_inplace().call(x, y, sin, cos);
+}
+
+void rope_matrix_inplace_ad_inplace_or_view(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
+                                            const at::Tensor& cos) {
+  refuse_x_requiring_grad(x);  // under inference_mode the Autograd kernel above does not run
   {
     at::AutoDispatchBelowADInplaceOrView guard;
     op_inplace().call(x, y, sin, cos);
   }
-  if (!x.is_inference()) torch::autograd::impl::bump_version(x);
+  torch::autograd::increment_version(x);
 }
 
 }  // namespace
@@ -298,4 +316,8 @@ TORCH_LIBRARY_IMPL(npu_ops_transformer_ext, Autograd, m) {
   m.impl("rope_matrix", &npu_ops_transformer_ext::rope_matrix_autograd);
   m.impl("rope_matrix_qk", &npu_ops_transformer_ext::rope_matrix_qk_autograd);
   m.impl("rope_matrix_", &npu_ops_transformer_ext::rope_matrix_inplace_autograd);
+}
+
+TORCH_LIBRARY_IMPL(npu_ops_transformer_ext, ADInplaceOrView, m) {
+  m.impl("rope_matrix_", &npu_ops_transformer_ext::rope_matrix_inplace_ad_inplace_or_view);
 }

@@ -95,7 +95,8 @@ def _reduce_to(t: Tensor, shape) -> Tensor:
     """Sum ``t`` (x's shape; a temporary the caller gives up) down to ``shape``, a shape that
     broadcasts to it, dimension by dimension in ascending order, each with ``_tree_sum`` (as
     ``reduce_to`` in C++)."""
-    in_place = not (torch.is_grad_enabled() and t.requires_grad)
+    # (an efficient zero tensor, the product with a zero grad_output, is immutable: out of place)
+    in_place = not (torch.is_grad_enabled() and t.requires_grad) and not t._is_zerotensor()
     lead = t.dim() - len(shape)
     reduced = False
     for i in range(t.dim()):
@@ -164,15 +165,31 @@ def _dx_general(g: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
 _lib = torch.library.Library(_NS, "IMPL")
 
 
+def _refuse_tangents(op: str, named) -> None:
+    """The helper ops have no forward-mode formula, and ``register_autograd`` hands an input that
+    carries a tangent but does not require grad straight to the implementation, which would drop
+    the tangent (forward-over-reverse: ``torch.autograd.grad(out, x, make_dual(g, t))``): refused,
+    naming the input, as the C++ autograd kernels refuse one on the forward ops."""
+    for name, t in named:
+        if isinstance(t, Tensor) and torch.autograd.forward_ad.unpack_dual(t).tangent is not None:
+            raise RuntimeError(
+                f"{op}: {name} carries a forward-mode tangent (torch.autograd.forward_ad, torch.func.jvp "
+                f"or jacfwd); forward-mode AD is not supported, use reverse mode (backward(), "
+                f"torch.autograd.grad)"
+            )
+
+
 def _check_backward(grad: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> None:
     """The forward's checks on the helper op's inputs, grad in the place of x."""
     check_inputs("rope_matrix_backward", grad, y, sin, cos, "grad")
+    _refuse_tangents("rope_matrix_backward", (("grad", grad), ("mat", y), ("sin", sin), ("cos", cos)))
 
 
 def _check_qk_backward(grad_q: Tensor, grad_k: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> None:
     op = "rope_matrix_qk_backward"
     check_inputs(op, grad_q, y, sin, cos, "grad_q")
     check_inputs(op, grad_k, y, sin, cos, "grad_k")
+    _refuse_tangents(op, (("grad_q", grad_q), ("grad_k", grad_k), ("mat", y), ("sin", sin), ("cos", cos)))
 
 
 def _rope_matrix_backward(grad: Tensor, y: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
@@ -225,6 +242,12 @@ rope_matrix_qk_backward = _ops.rope_matrix_qk_backward
 # ---- table / matrix gradients -------------------------------------------------------------------
 
 
+def _rows(t: Tensor) -> Tensor:
+    """``t`` as ``[M, D]`` rows: reshape (batched gradients can take it; flatten has no batching
+    rule), flatten when D = 0 (``reshape(-1, 0)`` is ambiguous)."""
+    return t.reshape(-1, t.shape[-1]) if t.shape[-1] > 0 else t.flatten(0, -2)
+
+
 def _table_grads(pairs, y, sin, cos, need_y, need_sin, need_cos):
     """Sum of the y/sin/cos gradients over ``pairs`` = [(grad_out, x), ...] (a pair with a None is
     skipped). Differentiable: composed of torch ops and the registered ``rope_matrix``."""
@@ -244,8 +267,8 @@ def _table_grads(pairs, y, sin, cos, need_y, need_sin, need_cos):
             t = _reduce_to(g_ * xy, sin.shape)
             dsin = t if dsin is None else dsin + t
         if need_y:
-            gs = (g_ * sin.to(acc)).flatten(0, -2)  # [M, D] (D may be 0)
-            t = x.to(acc).flatten(0, -2).t() @ gs
+            gs = _rows(g_ * sin.to(acc))  # [M, D]
+            t = _rows(x.to(acc)).t() @ gs
             dy = t if dy is None else dy + t
     cast = lambda t, ref: None if t is None else t.to(ref.dtype)
     return cast(dy, y), cast(dsin, sin), cast(dcos, cos)
