@@ -1,5 +1,6 @@
-// Autograd of rope_matrix and rope_matrix_qk (and the refusal rule of rope_matrix_), registered in
-// C++ at the Autograd dispatch key.
+// Autograd of rope_matrix and rope_matrix_qk (and the refusal rule and version bump of
+// rope_matrix_), registered in C++ at the Autograd (and, for rope_matrix_, ADInplaceOrView)
+// dispatch keys.
 //
 // A call that needs no gradient (grad mode off, or no input requiring grad) goes straight to the
 // backend kernel below autograd, without entering Python: for a decode-sized call the Python autograd

@@ -585,3 +585,62 @@ def test_backward_helpers_general_path_contiguous_and_opcheck():
     for op, args in [(ops.rope_matrix_backward.default, (grad, mat, sin, cos)),
                      (ops.rope_matrix_qk_backward.default, (grad, grad.contiguous(), mat, sin, cos))]:
         torch.library.opcheck(op, args)
+
+
+def test_forward_over_reverse_tangent_on_grad_output_is_refused():
+    """A forward-mode tangent on grad_output (torch.autograd.grad(out, x, make_dual(g, t))) used to
+    be dropped (dx with no tangent, read as zero); the helper ops now refuse it, naming it."""
+    import torch.autograd.forward_ad as fwAD
+
+    d = 8
+    y = matrices.get_half_matrix(d, dtype=torch.float64)
+    s, c = torch.randn(5, d, dtype=torch.float64), torch.randn(5, d, dtype=torch.float64)
+    x = torch.randn(3, 5, d, dtype=torch.float64, requires_grad=True)
+    g, t = torch.randn(3, 5, d, dtype=torch.float64), torch.randn(3, 5, d, dtype=torch.float64)
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(g, t)
+        with pytest.raises(RuntimeError, match="rope_matrix_backward: grad carries a forward-mode tangent"):
+            torch.autograd.grad(OPS.rope_matrix(x, y, s, c), x, dual)
+        with pytest.raises(RuntimeError, match="rope_matrix_backward: grad carries a forward-mode tangent"):
+            OPS.rope_matrix_backward(dual, y, s, c)
+        with pytest.raises(RuntimeError, match="rope_matrix_qk_backward: grad_k carries a forward-mode tangent"):
+            OPS.rope_matrix_qk_backward(g, dual, y, s, c)
+    # without a tangent the same calls work
+    (dx,) = torch.autograd.grad(OPS.rope_matrix(x, y, s, c), x, g)
+    torch.testing.assert_close(dx, g * c + (g * s) @ y.t(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("which", ["mat", "sin", "cos", "x"])
+def test_batched_grads_equal_a_loop(which):
+    """torch.autograd.grad(..., is_grads_batched=True): the mat gradient crashed (flatten has no
+    batching rule); every gradient equals one grad call per batched grad_output."""
+    torch.manual_seed(0)
+    d = 8
+    ins = {"x": torch.randn(2, 3, 5, d, dtype=torch.float64), "mat": matrices.get_half_matrix(d, dtype=torch.float64),
+           "sin": torch.randn(5, d, dtype=torch.float64), "cos": torch.randn(5, d, dtype=torch.float64)}
+    ins[which].requires_grad_()
+    gs = torch.randn(4, 2, 3, 5, d, dtype=torch.float64)
+    out = OPS.rope_matrix(ins["x"], ins["mat"], ins["sin"], ins["cos"])
+    (batched,) = torch.autograd.grad(out, ins[which], gs, is_grads_batched=True, retain_graph=True)
+    for i in range(gs.shape[0]):
+        (one,) = torch.autograd.grad(out, ins[which], gs[i], retain_graph=True)
+        torch.testing.assert_close(batched[i], one, rtol=0, atol=1e-12)
+    x, m, s, c = (ins[k].detach() for k in ("x", "mat", "sin", "cos"))
+    want = {"mat": lambda g: x.flatten(0, -2).t() @ (g * s).flatten(0, -2), "sin": lambda g: (g * (x @ m)).sum((0, 1)),
+            "cos": lambda g: (g * x).sum((0, 1)), "x": lambda g: g * c + (g * s) @ m.t()}[which]
+    torch.testing.assert_close(batched[1], want(gs[1]), rtol=1e-12, atol=1e-12)
+
+
+def test_zero_tensor_grad_output_gives_zero_table_grads():
+    """An efficient zero tensor as grad_output made the table gradients add in place into an
+    immutable ZeroTensor; now they are zeros, as plain torch gives."""
+    d = 8
+    y = matrices.get_half_matrix(d)
+    x = torch.randn(2, 3, 5, d, requires_grad=True)
+    s = torch.randn(5, d, requires_grad=True)
+    c = torch.randn(5, d, requires_grad=True)
+    m = y.clone().requires_grad_()
+    z = torch._efficientzerotensor((2, 3, 5, d))
+    grads = torch.autograd.grad(OPS.rope_matrix(x, m, s, c), [x, m, s, c], z)
+    for got, like in zip(grads, (x, m, s, c)):
+        assert got.shape == like.shape and not got.any()

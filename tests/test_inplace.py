@@ -374,3 +374,36 @@ def test_inference_tensor_outside_inference_mode_is_refused_untouched():
         fx = mode.from_tensor(x)
         with pytest.raises(RuntimeError, match="rope_matrix_: x is an inference tensor"):
             ops.rope_matrix_(fx, mode.from_tensor(get_half_matrix(64)), mode.from_tensor(sin), mode.from_tensor(cos))
+
+
+def test_normal_tensor_updated_in_inference_mode_bumps_its_version():
+    """Inside torch.inference_mode() the Autograd kernel does not run; a normal (non-inference) x
+    saved by a graph must still see its version bumped, as torch's mul_ bumps it, so backward
+    refuses instead of using the overwritten values; and an x requiring grad is refused there too."""
+    sin, cos = _tables(8, 64)
+    mat = get_half_matrix(64)
+    for name in ("op", "wrapper"):
+        a = torch.randn(2, 8, 64, requires_grad=True)
+        h = a * 2  # saved by the next op
+        loss = (h * h).sum()
+        x = h.detach()  # shares h's version counter
+        v = x._version
+        with torch.inference_mode():
+            if name == "op":
+                ops.rope_matrix_(x, mat, sin, cos)
+            else:
+                ext.rope_matrix_(x, mat, sin, cos)
+        assert x._version > v and h._version > v
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            loss.backward()
+    for x in (torch.randn(2, 8, 64, requires_grad=True), torch.randn(2, 8, 64, requires_grad=True) * 1):
+        before = x.detach().clone()
+        with torch.inference_mode(), pytest.raises(RuntimeError, match="rope_matrix_: x requires grad"):
+            ops.rope_matrix_(x, mat, sin, cos)
+        assert torch.equal(x.detach(), before)
+    # an inference tensor inside inference mode: updated, no version counter involved
+    with torch.inference_mode():
+        x = torch.randn(2, 8, 64)
+        want = rope_matrix_reference(x, mat, sin, cos)
+        ops.rope_matrix_(x, mat, sin, cos)
+        assert torch.equal(x, want)

@@ -31,7 +31,7 @@ itself (``rope_matrix(x, y, 1, 0)``) so it is the ``x @ y`` of the forward (roun
 dtype, as the kernel rounds it) wherever x is finite; its ``x * 0`` makes an infinite or NaN
 ``x[..., j]`` a NaN at j. ``x`` is saved for backward only when y, sin or cos requires grad.
 Forward-mode AD is not implemented: the C++ autograd kernels refuse an input that carries a
-forward-mode tangent.
+forward-mode tangent, and the helper ops refuse a gradient that carries one (forward-over-reverse).
 
 **Second derivatives.** The helper ops have autograd formulas of their own, composed of the
 registered ops (the x-gradient of the x-gradient is the forward, ``rope_matrix(h, y, sin, cos)``;
@@ -39,12 +39,13 @@ its table gradients are the forward's table gradients with x and g swapped), and
 gradients are differentiable torch ops; so double backward (and higher) is exact for x, y, sin
 and cos, for every matrix and table form.
 
-**In-place.** ``rope_matrix_`` is for inference. Its autograd kernel refuses an ``x`` that requires
-grad (in any grad mode) and, with grad mode on, a ``y``/``sin``/``cos`` that requires grad, with a
-message that names the argument. It is registered at the Autograd dispatch key, so it holds for
-``torch.ops.npu_ops_transformer_ext.rope_matrix_`` as well as for the Python wrapper; it also
-bumps x's version counter, so a graph that saved x before the in-place call fails loudly at
-backward instead of computing a wrong gradient.
+**In-place.** ``rope_matrix_`` is for inference. Its C++ kernels at the Autograd and
+ADInplaceOrView dispatch keys (the second also runs inside ``torch.inference_mode()`` for a normal
+tensor, where the first does not) refuse an ``x`` that requires grad, in any mode, and with grad
+mode on a ``y``/``sin``/``cos`` that requires grad, with a message that names the argument; they
+hold for ``torch.ops.npu_ops_transformer_ext.rope_matrix_`` as well as for the Python wrapper. The
+ADInplaceOrView kernel bumps x's version counter, so a graph that saved x before the in-place
+call fails loudly at backward instead of computing a wrong gradient.
 """
 
 from __future__ import annotations
