@@ -61,6 +61,7 @@ def _wan_golden(x, grid_sizes, freqs):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_wan_rope_apply_per_sample_grids_and_padding(dtype):
+    torch.manual_seed(0)
     d = 48
     freqs = _wan_freqs(d)
     grids = torch.tensor([[2, 3, 4], [1, 3, 4]])
@@ -74,9 +75,10 @@ def test_wan_rope_apply_per_sample_grids_and_padding(dtype):
     # out_dtype=None keeps x's dtype: the fp32 result rounded once
     same = models.wan_rope_apply(x, grids, freqs, out_dtype=None)
     assert same.dtype == dtype
-    torch.testing.assert_close(
-        same.float(), want, rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps
-    )
+    # one rounding of the output, plus (fp32) the fp32 products' rounding, which cancellation in
+    # x*cos + rot(x)*sin leaves at the size of the inputs, not of the result
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(same.float(), want, rtol=eps, atol=4 * eps * x.float().abs().max().item())
     # ... bit for bit also for -0 and for padding tokens whose pair partner is Inf or NaN, which
     # the identity tables alone would turn into +0 and NaN.
     x[0, 25, 0, :6] = torch.tensor([-0.0, float("inf"), 5.0, -0.0, float("nan"), -0.0])
