@@ -79,14 +79,18 @@ std::atomic<size_t> g_call_floor{0};
 // The cap the cache keeps freed buffers under: NPU_OPS_CPU_OUTPUT_CACHE_MB's, raised to the floor
 // (0 stays 0: the cache off).
 size_t effective_cap(size_t cap) {
-  return cap == 0 ? 0 : std::max(cap, g_call_floor.load(std::memory_order_relaxed));
+  // The floor was recorded under the cap of its time: bounded by twice today's (a cap lowered at
+  // run time holds from the next freed buffer on).
+  return cap == 0 ? 0 : std::max(cap, std::min(g_call_floor.load(std::memory_order_relaxed), 2 * cap));
 }
 
 class Cache {
  public:
   // A block of exactly `bytes` (block_bytes): a cached one, or a new one.
   Block* take(size_t bytes) {
-    if (cache_cap_bytes() > 0) {
+    // (Also reached from the allocator when a returned output is resized, where an invalid
+    // setting is not this call's error: empty_output checked it for the op's own calls.)
+    if (cache_cap_bytes_or_zero() > 0) {
       std::lock_guard<std::mutex> lock(mu_);
       for (auto it = free_.begin(); it != free_.end(); ++it) {
         if ((*it)->bytes == bytes) {

@@ -55,6 +55,9 @@ constexpr int64_t kMaxBlockRows = 256;
 // 1.088 / 1.069. (Across processes, whose DRAM speed differs, 2048 rows looked better still at
 // 192 MiB but worse at 96 MiB; fp32 x gained nothing.)
 constexpr int64_t kStreamBlockRows16 = 1024;
+// ... but no more than this many bytes of converted table rows (1024 rows of D = 128 in fp32): a
+// block of 1024 rows of a D = 8192 head would hold 64 MiB per thread.
+constexpr int64_t kStreamTableBytes = 1024 * 1024;
 // Work items per thread: few, since every batch of a block costs a call into the row kernel (x
 // [1, 24, 256, 128] bf16, 2 threads: 23.7-24.9 us with 1 or 2 items a thread, 25-29.5 with 8;
 // no change at 6 MiB and up, where the blocks are kTableBlockBytes anyway).
@@ -241,8 +244,10 @@ struct Position {
   int64_t x_off, out_off;
 };
 
-// Per-thread buffers of run_blocks, kept from call to call (they only grow): a call allocates
-// nothing, which matters at decode sizes, where a call is a few microseconds.
+// Per-thread buffers of run_blocks, kept from call to call: a call of the size of the last ones
+// allocates nothing, which matters at decode sizes, where a call is a few microseconds. A buffer
+// more than 4 times larger than needed and over kKeepBytes (left by a much larger call) is given
+// back, so a thread does not hold a large call's memory for its life.
 struct Workspace {
   std::vector<char> mem;  // row-kernel scratch, then the block's table rows in the compute type
   std::vector<int64_t> xt_off, ot_off;
@@ -261,8 +266,18 @@ __attribute__((noinline)) Workspace& thread_workspace() {
   return ws;
 }
 
+constexpr size_t kKeepBytes = size_t(1) << 20;
+
+// v with capacity for n elements (see Workspace).
+template <typename V>
+void fit(V& v, size_t n) {
+  if (v.capacity() > 4 * n && v.capacity() * sizeof(typename V::value_type) > kKeepBytes) V().swap(v);
+}
+
+// v with at least n elements (see Workspace).
 template <typename V>
 void grow(V& v, size_t n) {
+  fit(v, n);
   if (v.size() < n) v.resize(n);
 }
 
@@ -286,7 +301,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
   const int64_t want = parallel ? kItemsPerThread * static_cast<int64_t>(at::get_num_threads()) : 1;
   const int64_t r_cap =
       stream && x_elem == 2
-          ? kStreamBlockRows16
+          ? std::clamp<int64_t>(kStreamTableBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1, kStreamBlockRows16)
           : std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1, kMaxBlockRows);
   const int64_t R = std::clamp<int64_t>((tab.ntr + want - 1) / want, 1, r_cap);
   const int64_t nblocks = (tab.ntr + R - 1) / R;
@@ -385,6 +400,12 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
       // the prefetchers. Each batch is given the next one's x rows for prefetching.
       positions.clear();
       ranges.clear();
+      {
+        size_t n = 0;
+        for (const Operand& o : ops) n += static_cast<size_t>(std::max<int64_t>(0, (slice + 1) * o.nbc / nslices - slice * o.nbc / nslices));
+        fit(positions, n);
+        fit(ranges, n);
+      }
       for (size_t i = 0; i < ops.size(); ++i) {
         const Operand& o = ops[i];
         const int64_t b0 = slice * o.nbc / nslices, b1 = (slice + 1) * o.nbc / nslices;
@@ -431,6 +452,10 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
         hn = rb.next_hn;
       }
     }
+    // A work item of very many broadcast positions (e.g. [2^26, 2] x with [D] tables: 24 bytes of
+    // positions per row) does not leave them to the thread.
+    fit(positions, 0);
+    fit(ranges, 0);
   });
 }
 

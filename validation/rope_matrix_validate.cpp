@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstring>
 #include <iomanip>
 #include <limits>
@@ -324,8 +325,18 @@ InternalOverlap internal_overlap(const at::Tensor& x) {
 SharedMemory shared_memory(const at::Tensor& x, const at::Tensor& t) {
   if (x.numel() == 0 || t.numel() == 0) return SharedMemory::kNo;
   if (!x.has_storage() || !t.has_storage()) return SharedMemory::kNo;
-  if (!x.storage().is_alias_of(t.storage())) return SharedMemory::kNo;
-  const Layout lx = layout_of(x, true), lt = layout_of(t, true);
+  // t's bytes are placed relative to x's storage. Two storage objects may hold one buffer (two
+  // torch.from_numpy or torch.frombuffer calls over the same memory): then by their addresses.
+  int64_t shift = 0;
+  if (!x.storage().is_alias_of(t.storage())) {
+    const void* px = x.storage().data();
+    const void* pt = t.storage().data();
+    if (px == nullptr || pt == nullptr || x.device() != t.device()) return SharedMemory::kNo;
+    shift = static_cast<int64_t>(reinterpret_cast<uintptr_t>(pt) - reinterpret_cast<uintptr_t>(px));
+  }
+  const Layout lx = layout_of(x, true);
+  Layout lt = layout_of(t, true);
+  lt.base += shift;
   const auto rx = byte_range(lx), rt = byte_range(lt);
   if (rx.second < rt.first || rt.second < rx.first) return SharedMemory::kNo;
   // Interleaved in one storage (e.g. two slices of a packed buffer): compare their byte runs.
@@ -365,11 +376,11 @@ void check_rope_matrix_inplace(const char* op, const at::Tensor& x, const at::Te
                                 {&sin, "sin"}, {&cos, "cos"}}) {
     const SharedMemory s = shared_memory(x, *t);
     TORCH_CHECK_VALUE(s != SharedMemory::kYes, op, ": x shares memory with ", name,
-                      " (they are views of one storage and some of their elements are the same "
-                      "bytes), so updating x in place would change ", name,
+                      " (some of their elements are the same bytes of memory), so updating x in "
+                      "place would change ", name,
                       " while it is read; pass ", name, ".clone(), or use the out-of-place rope_matrix");
     TORCH_CHECK_VALUE(s != SharedMemory::kTooMany, op, ": cannot decide whether x shares memory with ",
-                      name, " (views of one storage with interleaved byte ranges, more than ",
+                      name, " (interleaved byte ranges in one buffer, more than ",
                       kMaxEnumerated, " runs to compare); pass ", name, ".clone()");
   }
 }

@@ -316,9 +316,9 @@ def check_inplace(op: str, x: torch.Tensor, others: tuple = ()) -> None:
     for name, t in others:
         torch._check_value(
             _shares_memory(x, t) is not True,
-            lambda name=name: f"{op}: x shares memory with {name} (they are views of one storage and some "
-            f"of their elements are the same bytes), so updating x in place would change {name} while it "
-            f"is read; pass {name}.clone(), or use the out-of-place rope_matrix",
+            lambda name=name: f"{op}: x shares memory with {name} (some of their elements are the same "
+            f"bytes of memory), so updating x in place would change {name} while it is read; pass "
+            f"{name}.clone(), or use the out-of-place rope_matrix",
         )
 
 
