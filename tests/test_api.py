@@ -628,3 +628,75 @@ def test_exotic_dtypes_refused_alike_by_the_op_and_its_fake(dtype_name, arg):
     with FakeTensorMode() as mode, pytest.raises(TypeError, match=arg):
         fake = {k: mode.from_tensor(v) for k, v in args.items()}
         ops.rope_matrix(fake["x"], fake["mat"], fake["sin"], fake["cos"])
+
+
+def test_output_cache_floor_is_bounded_by_a_lowered_cap():
+    # A fresh process: a 4 MiB cap, one rope_matrix_qk call with two 3 MiB outputs (the floor: two 4
+    # MiB blocks), then the cap lowered to 1 MiB at run time: freed buffers are kept only up to twice
+    # the new cap (the floor used to keep the old 6 MiB).
+    script = textwrap.dedent("""
+        import json, os, torch
+        import npu_ops_transformer_ext
+        from npu_ops_transformer_ext.reference import mode_matrix
+        ops = torch.ops.npu_ops_transformer_ext
+        y = mode_matrix("half", [128])
+        q = torch.randn(1, 24, 256, 128)
+        t = torch.randn(256, 128)
+        qo, ko = ops.rope_matrix_qk(q, q, y, t, t)
+        del qo, ko
+        before = ops._cpu_output_cache_bytes()
+        os.environ["NPU_OPS_CPU_OUTPUT_CACHE_MB"] = "1"
+        a = torch.randn(1, 8, 64, 128)  # 256 KiB outputs
+        outs = [ops.rope_matrix(a, y, t[:64], t[:64]) for _ in range(12)]
+        del outs
+        print(json.dumps({"before": before, "held": ops._cpu_output_cache_bytes()}))
+    """)
+    stdout = run_python(script, env=fresh_env(NPU_OPS_CPU_OUTPUT_CACHE_MB="4"), timeout=120)
+    out = json.loads(stdout.strip().splitlines()[-1])
+    assert out["before"] == 2 * (4 << 20)  # each 3 MiB output in a 4 MiB huge-page block
+    assert out["held"] <= 2 << 20
+
+
+def test_resizing_a_cached_output_ignores_the_cache_setting(monkeypatch):
+    # A returned output's storage keeps the cache's allocator: resizing it later must not fail on
+    # an (unrelated) invalid NPU_OPS_CPU_OUTPUT_CACHE_MB, which only the op's own calls refuse.
+    y = mode_matrix("half", [128])
+    x = torch.randn(1, 24, 64, 128)
+    t = torch.randn(64, 128)
+    out = ops.rope_matrix(x, y, t, t)
+    monkeypatch.setenv("NPU_OPS_CPU_OUTPUT_CACHE_MB", "lots")
+    out.resize_(2 * out.numel())
+    assert out.numel() == 2 * x.numel()
+    with pytest.raises(ValueError, match="NPU_OPS_CPU_OUTPUT_CACHE_MB"):
+        ops.rope_matrix(x, y, t, t)
+
+
+def test_a_large_call_leaves_little_memory_to_its_threads():
+    # A fresh process, output cache off: x [2^23, 2] bf16 with [D] tables has 2^23 broadcast
+    # positions (24 bytes each, which each thread used to keep for its life), and a bf16 D = 8192
+    # streamed call's table blocks (64 MiB per thread). After the calls and their outputs are gone,
+    # RSS is back within 48 MiB of where it was.
+    script = textwrap.dedent("""
+        import json, os, torch
+        import npu_ops_transformer_ext
+        from npu_ops_transformer_ext.reference import mode_matrix
+        ops = torch.ops.npu_ops_transformer_ext
+        page = os.sysconf("SC_PAGE_SIZE")
+        rss = lambda: int(open("/proc/self/statm").read().split()[1]) * page
+        x = torch.randn(1 << 23, 2).bfloat16()
+        y = mode_matrix("half", [2], dtype=torch.bfloat16)
+        t = torch.randn(2)
+        big = torch.randn(1, 2, 2048, 8192).bfloat16()
+        yb = mode_matrix("half", [8192])
+        tb = torch.randn(2048, 8192)
+        ops.rope_matrix(x[:4], y, t, t)
+        base = rss()
+        out = ops.rope_matrix(x, y, t, t)
+        del out
+        out = ops.rope_matrix(big, yb, tb, tb)
+        del out
+        print(json.dumps({"retained": rss() - base}))
+    """)
+    stdout = run_python(script, env=fresh_env(NPU_OPS_CPU_OUTPUT_CACHE_MB="0"), timeout=300)
+    out = json.loads(stdout.strip().splitlines()[-1])
+    assert out["retained"] < 48 << 20, out

@@ -407,3 +407,33 @@ def test_normal_tensor_updated_in_inference_mode_bumps_its_version():
         want = rope_matrix_reference(x, mat, sin, cos)
         ops.rope_matrix_(x, mat, sin, cos)
         assert torch.equal(x, want)
+
+
+def test_memory_shared_through_two_storage_objects_is_refused():
+    """Two torch.from_numpy (or torch.frombuffer) calls over one buffer make two storage objects
+    over the same bytes: the shared-memory rule is decided by address, not by storage identity
+    (it used to accept, and x was written while sin's rows were still read). Separate buffers that
+    are merely adjacent stay accepted."""
+    import numpy as np
+
+    s, d = 64, 64
+    mat = get_half_matrix(d)
+    buf = np.random.default_rng(0).standard_normal(8 * s * d).astype(np.float32)
+    sin = torch.from_numpy(buf[: s * d]).view(s, d)
+    cos = torch.randn(s, d)
+    x = torch.from_numpy(buf[4 * d : 4 * d + 2 * s * d]).view(2, s, d)  # row r of x is row r+4 of sin
+    assert x.untyped_storage()._cdata != sin.untyped_storage()._cdata  # two storage objects
+    before = x.clone()
+    with pytest.raises(ValueError, match="x shares memory with sin"):
+        ops.rope_matrix_(x, mat, sin, cos)
+    assert torch.equal(x, before)
+    raw = bytearray(buf.tobytes())
+    xb = torch.frombuffer(raw, dtype=torch.float32, offset=4 * d * 4, count=2 * s * d).view(2, s, d)
+    cb = torch.frombuffer(raw, dtype=torch.float32, count=s * d).view(s, d)
+    with pytest.raises(ValueError, match="x shares memory with cos"):
+        ops.rope_matrix_(xb, mat, sin.clone(), cb)
+    # adjacent, not overlapping: accepted, and the result is the reference's
+    x2 = torch.from_numpy(buf[s * d : s * d + 2 * s * d]).view(2, s, d)
+    want = rope_matrix_reference(x2.clone(), mat, sin.clone(), cos)
+    ops.rope_matrix_(x2, mat, sin, cos)
+    assert torch.equal(x2, want)
