@@ -400,12 +400,6 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
       // the prefetchers. Each batch is given the next one's x rows for prefetching.
       positions.clear();
       ranges.clear();
-      {
-        size_t n = 0;
-        for (const Operand& o : ops) n += static_cast<size_t>(std::max<int64_t>(0, (slice + 1) * o.nbc / nslices - slice * o.nbc / nslices));
-        fit(positions, n);
-        fit(ranges, n);
-      }
       for (size_t i = 0; i < ops.size(); ++i) {
         const Operand& o = ops[i];
         const int64_t b0 = slice * o.nbc / nslices, b1 = (slice + 1) * o.nbc / nslices;
@@ -453,7 +447,8 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
       }
     }
     // A work item of very many broadcast positions (e.g. [2^26, 2] x with [D] tables: 24 bytes of
-    // positions per row) does not leave them to the thread.
+    // positions per row) does not leave them to the thread: after every item they are at most
+    // kKeepBytes.
     fit(positions, 0);
     fit(ranges, 0);
   });

@@ -856,7 +856,6 @@ class RotaryEmbedding(torch.nn.Module):
             )
         super().__setattr__(name, value)
 
-
     @classmethod
     def from_hf_config(cls, config: object, *, layout: str, **kwargs: object) -> RotaryEmbedding:
         """The RoPE of a HF transformers config (half mode): ``head_dim`` and ``rotary_dim`` from
