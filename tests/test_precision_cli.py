@@ -35,6 +35,47 @@ def test_fails_when_the_op_is_wrong(monkeypatch, capsys):
     assert "FAIL" in capsys.readouterr().out
 
 
+def test_fails_when_the_op_gives_nan_or_inf(monkeypatch, capsys):
+    # NaN and Inf compare false with every threshold: they must count as infinite errors
+    real = precision._v5
+    for value in (float("nan"), float("inf"), float("-inf")):
+        def bad(x, mat, sin, cos, value=value):
+            out = real(x, mat, sin, cos).clone()
+            out.view(-1)[5] = value
+            return out
+
+        monkeypatch.setattr(precision, "_v5", bad)
+        assert precision.main(["--small", "--dims", "1d", "--modes", "half", "--progress", "off"]) == 1
+        v5 = [f for f in map(str.split, capsys.readouterr().out.splitlines()) if f[:2] == ["1d-half", "v5"]]
+        assert v5 == [["1d-half", "v5", "inf", "1", "inf", "FAIL"]], value
+
+
+def test_fails_when_the_matrix_is_wrong(monkeypatch, capsys):
+    # v5 and the golden both take rope_nd's matrix: a wrong matrix (here the inverse rotation)
+    # must still fail, through the rearranging reference (ref) that does not use it
+    real = precision.rope_nd
+
+    def transposed(*args, **kwargs):
+        t = real(*args, **kwargs)
+        return t._replace(mat=t.mat.mT.contiguous())
+
+    monkeypatch.setattr(precision, "rope_nd", transposed)
+    assert precision.main(["--small", "--dims", "1d,3d", "--modes", "half", "--progress", "off"]) == 1
+    rows = {(f[0], f[1]): f for f in map(str.split, capsys.readouterr().out.splitlines()) if len(f) >= 5}
+    for case in ("1d-half", "3d-half"):
+        assert rows[(case, "ref")][-1] == "FAIL" and float(rows[(case, "ref")][2]) > 0
+        assert float(rows[(case, "v5")][2]) == 0  # the op matches the wrong golden it was given
+
+
+def test_metric_of_special_values():
+    nan, inf = float("nan"), float("inf")
+    # equal values, the same infinity, and NaN in both are no error
+    assert precision.seed_metric(torch.tensor([1.0, inf, -inf, nan]), torch.tensor([1.0, inf, -inf, nan])) == (0.0, 0, 0.0)
+    # NaN or an infinity against another value is an infinite error, counted once each
+    for a, b in ((nan, 1.0), (1.0, nan), (inf, 1.0), (1.0, -inf), (inf, -inf), (nan, inf)):
+        assert precision.seed_metric(torch.tensor([a, 2.0]), torch.tensor([b, 2.0])) == (inf, 1, inf), (a, b)
+
+
 def test_metric_is_signed():
     a = torch.tensor([1.0, -2.0, 3.0])
     metric, nonzero, max_abs = precision.seed_metric(a, a * torch.tensor([1.0, 1.0, -1.0]))
@@ -71,7 +112,7 @@ def test_cli_entry_point_fp32_tables():
         check=False,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "OK: v5 within threshold" in r.stdout
+    assert "OK: v5 within threshold and ref equal to the golden" in r.stdout
 
 
 def test_help_lists_every_option_with_default_and_values(capsys):

@@ -12,12 +12,16 @@ mode half/interleave) it runs the script's versions on the same BNSD x and table
   v3  one composed matrix, float32 math (the script's ``high_precision`` v3)
   v4  the vendor fused op ``torch_npu.npu_rotary_mul`` (only when torch_npu and an NPU are present)
   v5  this package's ``rope_matrix``
+  ref the contract without the matrix: each axis rotated by rearranging its elements, fp32 math,
+      one rounding (checks the matrix that v3 and v5 are given)
 
 and compares each with the float32 contract ``reference.rope_matrix_reference`` (fp32 math, one
 rounding to x's dtype). It prints the script's metric ``min(abs_err, rel_err).max()`` with
 ``abs_err = |a - b|`` and ``rel_err = abs_err / (max(|a|, |b|) + 1e-8)``, the count of elements
-with a non-zero error, and the largest absolute error. The exit status is 1 when v5 exceeds
-``--threshold`` (default: one ulp of x's dtype, ``torch.finfo(dtype).eps``) in any case, and 2
+with a non-zero error (a NaN or an infinity where the golden has another value is an infinite
+error), and the largest absolute error. The exit status is 1 when v5 exceeds ``--threshold``
+(default: one ulp of x's dtype, ``torch.finfo(dtype).eps``) or ref differs from the golden in any
+case, and 2
 when an option is refused before any case runs (e.g. a head dim D that a --dims split does not
 fit: 1d needs an even D >= 2, 2d >= 4, 3d >= 6; --device npu without an NPU; a --threshold that
 is not a finite number >= 0; a --seed outside 0 .. 2**32 - 1).
@@ -71,10 +75,16 @@ def sections_for(dims: str, d: int) -> list[int]:
 
 
 def seed_metric(a: torch.Tensor, b: torch.Tensor) -> tuple[float, int, float]:
-    """``(min(abs_err, rel_err).max(), count of non-zero errors, max abs_err)``, signed comparison."""
+    """``(min(abs_err, rel_err).max(), count of non-zero errors, max abs_err)``, signed comparison.
+
+    Elements that are equal (also the same infinity, or NaN in both) have no error; a NaN or an
+    infinity against anything else is an infinite error, so that it is counted and fails every
+    threshold (``|inf - inf|`` and ``inf / inf`` would otherwise be NaN, which compares false)."""
     a, b = a.double(), b.double()
-    abs_err = (a - b).abs()
-    rel_err = abs_err / (torch.maximum(a.abs(), b.abs()) + 1e-8)
+    same = (a == b) | (a.isnan() & b.isnan())
+    abs_err = torch.where(same, 0.0, (a - b).abs()).nan_to_num(nan=math.inf, posinf=math.inf)
+    rel_err = abs_err / (torch.maximum(a.abs(), b.abs()).nan_to_num(nan=math.inf, posinf=math.inf) + 1e-8)
+    rel_err = torch.where(a.isfinite() & b.isfinite(), rel_err, abs_err)
     m = torch.minimum(abs_err, rel_err)
     return float(m.max()), int((m > 0).sum()), float(abs_err.max())
 
@@ -132,6 +142,10 @@ def run_case(
     mats = [build(k, dtype=x.dtype, device=device) for k in sections]
     golden = reference.rope_matrix_reference(x, mat, sin, cos)
     outs = {
+        # The contract again without ``mat``: each axis rotated by rearranging its elements, fp32
+        # math, one rounding. It must equal the golden exactly, else ``mat`` is not the rotation
+        # the mode and sections describe (and v5, given the same ``mat``, would still match).
+        "ref": reference.rope_v1(x, sin, cos, mode, sections, compute_dtype=torch.float32),
         "v1": reference.rope_v1(x, sin, cos, mode, sections, compute_dtype=None),
         "v2": reference.rope_v2(x, sin, cos, mats, compute_dtype=None),
         "v3": reference.rope_v3(x, sin, cos, mat, compute_dtype=torch.float32),
@@ -144,7 +158,7 @@ def run_case(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m npu_ops_transformer_ext.precision --help``. Returns the exit
-    status: 0 when v5 is within the threshold in every case, else 1 (an invalid option exits with
+    status: 0 when v5 is within the threshold and ref equals the golden in every case, else 1 (an invalid option exits with
     2 through ``argparse``'s ``error``)."""
     p = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.precision",
@@ -249,9 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             bar.update()
             for ver, (metric, nz, mx) in res.items():
                 flag = ""
-                if ver == "v5" and metric > threshold:
+                if (ver == "v5" and not metric <= threshold) or (ver == "ref" and metric != 0):
                     flag = "  FAIL"
-                    failed.append(f"{dims}-{mode}")
+                    failed.append(f"{dims}-{mode} ({ver})")
                 line = f"{dims + '-' + mode:<16}{ver:<5}{metric:>18.6g}{nz:>12d}{mx:>14.6g}{flag}"
                 if hasattr(bar, "write"):
                     bar.write(line)  # keeps the bar below the table
@@ -261,9 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not with_v4:
         print("v4 (torch_npu.npu_rotary_mul) skipped: no torch_npu / NPU")
     if failed:
-        print(f"FAILED: v5 above threshold in {', '.join(failed)}")
+        print(f"FAILED: v5 above threshold, or ref not equal to the golden, in {', '.join(failed)}")
         return 1
-    print("OK: v5 within threshold in every case")
+    print("OK: v5 within threshold and ref equal to the golden in every case")
     return 0
 
 
