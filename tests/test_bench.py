@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from fresh_python import run_python
 from npu_ops_transformer_ext import bench
 
@@ -323,3 +324,30 @@ def test_bench_table_grads_runs(capsys, monkeypatch):
     with pytest.raises(SystemExit) as e:
         mod.main(["--repeat", "0"])
     assert e.value.code == 2
+
+
+def test_threads_above_the_process_are_refused(capsys):
+    # as the sweep leaves them out: more threads than torch's default would time oversubscription
+    above = torch.get_num_threads() + 1
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--shape", "1,1,4,8", "--modes", "half", "--providers", "rope_matrix", "--threads",
+                    str(above), "--csv", "", "--progress", "off"])
+    assert e.value.code == 2
+    assert (f"--threads {above} is above this process's {above - 1} (torch's default)"
+            in " ".join(capsys.readouterr().err.split()))
+
+
+def test_repeated_providers_run_once_and_columns_stay_apart(tmp_path, capsys):
+    out = tmp_path / "b.csv"
+    # a tiny shape: GB/s below 0.001 takes all of its 8 characters
+    bench.main(["--shape", "1,1,4,8", "--modes", "half", "--providers", "rope_matrix,copy_,rope_matrix,clone,limit,copy_",
+                "--iters", "1", "--warmup", "0", "--csv", str(out), "--progress", "off"])
+    rows = list(csv.DictReader(out.open()))
+    assert [r["provider"] for r in rows] == ["rope_matrix", "copy_", "clone", "limit"]
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("half ")]
+    assert len(lines) == 4
+    for line, r in zip(lines, rows):
+        fields = line.split()
+        # mode, provider, median, p20, p80, GB/s, /clone, /copy_, /limit: nine fields, none run together
+        assert len(fields) == 9, line
+        assert float(fields[5]) == pytest.approx(float(r["gbps"]), rel=1e-2)

@@ -194,6 +194,8 @@ def test_timeline_plot_options_that_cannot_work_exit_2(tmp_path, capsys):
         ([bad_event], f"{bad_event}: an event lacks a field or has one of the wrong type"),
         ([trace, "--cores", "AIV_9,AIC_7"], f"none of the cores AIV_9, AIC_7 is in {trace} (it has AIC_0, AIV_0)"),
         ([trace, "--cores", ","], "--cores: give at least one core name"),
+        ([trace, "--cores", "AIV_0,FOO"], f"--cores: FOO is not in {trace} (it has AIC_0, AIV_0)"),
+        ([trace, "--cores", "AIV_1,AIC_0,AIV_2"], f"--cores: AIV_1, AIV_2 are not in {trace} (it has AIC_0, AIV_0)"),
         ([trace, "--window", "nan,3"], "--window takes finite START < END in microseconds, got 'nan,3'"),
         ([trace, "--window", "1,inf"], "--window takes finite START < END in microseconds, got '1,inf'"),
         ([trace, "--window", "3,1"], "--window takes finite START < END in microseconds, got '3,1'"),

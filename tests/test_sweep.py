@@ -374,6 +374,21 @@ def test_summarize_refuses_what_is_not_a_sweep_csv(tmp_path, capsys):
     assert "2 runs" in capsys.readouterr().out
 
 
+def test_summarize_refuses_the_options_of_a_run(tmp_path, capsys):
+    # --summarize runs nothing: an option of a run (even an invalid one) was accepted and ignored
+    good = _sweep_csv(tmp_path / "good.csv")
+    for extra, named in ((["--sizes", "abc"], "--sizes"), (["--iters", "0", "--threads", "0"], "--threads, --iters"),
+                         (["--csv", str(tmp_path / "x.csv"), "--quiet"], "--csv, --quiet"),
+                         (["--no-qk"], "--no-qk")):
+        with pytest.raises(SystemExit) as e:
+            sweep.main(["--summarize", good, "--plot", "", *extra])
+        assert e.value.code == 2, extra
+        assert f"--summarize runs nothing, so {named} would be ignored; with it give only --plot" in " ".join(
+            capsys.readouterr().err.split()), extra
+    # an option given at its default value changes nothing, and is let through
+    assert len(sweep.main(["--summarize", good, "--plot", "", "--iters", "10"])) == 1
+
+
 def _rows_csv(path, cols, rows):
     base = {"S": 256, "x_bytes": 1 << 20, "dtype": "bfloat16", "table_dtype": "bfloat16", "layout": "bnsd",
             "mode": "half", "provider": "rope_matrix", "median_ms": 0.1}

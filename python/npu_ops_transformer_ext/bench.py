@@ -170,16 +170,17 @@ def run(
             }
             rows.append(row)
     bar.close()
-    header = (f"{'mode':<11}{'provider':<21}{'median ms':>11}{'p20':>11}{'p80':>11}{'GB/s':>8}{'/clone':>8}"
-              f"{'/copy_':>8}{'/limit':>8}")
+    # every column after the first two starts with a space, so that no value runs into the last
+    header = (f"{'mode':<11}{'provider':<21}{'median ms':>11}{'p20':>11}{'p80':>11}{'GB/s':>9}{'/clone':>9}"
+              f"{'/copy_':>9}{'/limit':>9}")
     print(f"rope_matrix benchmark: x {list(shape)} {meta['dtype']} BNSD, tables [1,1,S,D]; "
           f"{meta['cpu']}, {meta['threads']} threads, torch {meta['torch']}, "
           f"npu_ops_transformer_ext {meta['version']} (git {meta['git']})")
     print(header)
     for r in rows:
-        print(f"{r['mode']:<11}{r['provider']:<21}{_fixed(r['median_ms']):>11}{_fixed(r['p20_ms']):>11}"
-              f"{_fixed(r['p80_ms']):>11}"
-              f"{r['gbps']:>8.3g}{r['x_clone']!s:>8}{r['x_copy']!s:>8}{r['x_limit']!s:>8}")
+        print(f"{r['mode']:<11}{r['provider']:<21} {_fixed(r['median_ms']):>10} {_fixed(r['p20_ms']):>10}"
+              f" {_fixed(r['p80_ms']):>10}"
+              f" {r['gbps']:>8.3g} {r['x_clone']!s:>8} {r['x_copy']!s:>8} {r['x_limit']!s:>8}")
     if csv_path:
         os.makedirs(os.path.dirname(os.path.abspath(csv_path)), exist_ok=True)
         with open(csv_path, "w", newline="") as f:
@@ -229,7 +230,8 @@ def main(argv: Sequence[str] | None = None) -> object:
                     help=f"comma list, each one of: {', '.join(PROVIDERS)}")
     ap.add_argument("--warmup", type=int, default=3, help="untimed calls per provider and mode")
     ap.add_argument("--iters", type=int, default=20, help="timed calls per provider and mode")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads, from 1 to torch's default (0: torch's default)")
     ap.add_argument("--csv", default="bench_results/rope_matrix_cpu.csv",
                     help="CSV file to write ('' for none)")
     _cli.add_progress_option(ap)
@@ -241,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> object:
     a = ap.parse_args(args)
     if a.threads < 0:
         ap.error(f"--threads must be >= 1, or 0 for torch's default, got {a.threads}")
+    if a.threads > torch.get_num_threads():  # as the sweep, which leaves such counts out
+        ap.error(f"--threads {a.threads} is above this process's {torch.get_num_threads()} (torch's "
+                 "default): it would time the oversubscribed machine; give at most that, or 0")
     shape = _cli.parse_shape(ap, a.shape)
     d = shape[3]
     modes = _cli.parse_modes(ap, a.modes, MODES)
@@ -252,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> object:
         if problem:
             ap.error(f"--modes {m} {problem}, got D = {d} from --shape {a.shape}; at this D choose "
                      f"from {', '.join(fit)}")
-    providers = [p for p in a.providers.split(",") if p]
+    providers = list(dict.fromkeys(p for p in a.providers.split(",") if p))  # each once, in order
     for p in providers:
         if p not in PROVIDERS:
             ap.error(f"unknown provider {p!r}; choose from {', '.join(PROVIDERS)}")

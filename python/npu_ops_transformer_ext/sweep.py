@@ -560,11 +560,18 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
                     help="image to write (the format follows the extension: png, svg, pdf, ...); '' for none")
     ap.add_argument("--quiet", action="store_true", help="no per-cell lines")
     ap.add_argument("--summarize", nargs="+", metavar="CSV",
-                    help="do not run: print the spread over these CSVs of earlier runs and plot them together")
+                    help="do not run: print the spread over these CSVs of earlier runs and plot them together (with "
+                    "--plot as the only other option)")
     a = ap.parse_args(argv)
     # The output paths are checked (their folders created) once every other option has passed,
     # before anything runs: the plot is written last.
     if a.summarize:
+        # it runs nothing: an option of a run would be ignored silently (and not even checked)
+        ignored = [f"--{k.replace('_', '-')}" for k in vars(a) if k not in ("summarize", "plot")
+                   and getattr(a, k) != ap.get_default(k)]
+        if ignored:
+            ap.error(f"--summarize runs nothing, so {', '.join(ignored)} would be ignored; with it give "
+                     "only --plot")
         runs = []
         for path in a.summarize:
             try:

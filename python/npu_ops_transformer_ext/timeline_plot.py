@@ -6,7 +6,7 @@
 One row per (core, pipe) that ran anything, one bar per instruction, coloured by the API that
 issued it; ``--window`` zooms to a time range in microseconds. The image format follows the
 extension of ``--out``. Needs matplotlib. An option that cannot work (a trace that is missing or not
-a twin trace, cores it does not have, a window that is not START < END, an output that cannot be
+a twin trace, a --cores name it does not have (of the default cores, those it has are drawn), a window that is not START < END, an output that cannot be
 written) exits with 2 before anything is drawn.
 """
 from __future__ import annotations
@@ -138,9 +138,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.error(f"--window takes finite START < END in microseconds, got {a.window!r}")
         window = (lo, hi)
     try:
-        _spans(_read_trace(a.trace), a.trace, cores, window)
+        pname, _, _ = _spans(_read_trace(a.trace), a.trace, cores, window)
     except (OSError, ValueError) as e:
         ap.error(str(e))
+    have = sorted(map(str, pname.values()))
+    missing = [c for c in cores if c not in have]
+    if missing and a.cores != ap.get_default("cores"):  # of the default, the cores the trace has are drawn
+        ap.error(f"--cores: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not in {a.trace} "
+                 f"(it has {', '.join(have)})")
     _cli.check_output_path(ap, "--out", a.out, image=True)
     try:
         plot(a.trace, a.out, cores, window, a.title)
