@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 
 from ._bits import same_bits
+from ._per_sample import rope, rope_qk
 from .matrices import cached_matrix, get_half_matrix, get_interleave_matrix
-from .ops import rope_matrix, rope_matrix_qk
 
 __all__ = [
     "apply_rotary_emb",
@@ -175,14 +175,9 @@ def wan_rope_apply(
         cos, sin = cos[:, sp_rank * L : (sp_rank + 1) * L], sin[:, sp_rank * L : (sp_rank + 1) * L]
     xin = x if out_dtype is None else x.to(out_dtype)
     mat = _mat(d, "interleave", x.device)
-    if cos.shape[0] > 1 and x.device.type != "cpu":
-        # Samples with different grids: tables vary along B and S. The NPU kernel takes tables that
-        # vary along one dim of x, so go sample by sample there (Wan itself loops over samples).
-        out = torch.cat(
-            [rope_matrix(xin[i : i + 1], mat, sin[i : i + 1], cos[i : i + 1]) for i in range(b)]
-        )
-    else:
-        out = rope_matrix(xin, mat, sin, cos)
+    # Samples with different grids: tables vary along B and S, one call on the CPU, sample by
+    # sample off it (the NPU kernel takes tables that vary along one dim of x).
+    out = rope(xin, mat, sin, cos)
     # Padding tokens: Wan concatenates them unchanged. The tables give them x*1 + partner*0, which
     # is x except for -0 (comes out +0) and an Inf or NaN partner (NaN), so copy them instead.
     for i in range(b):
@@ -232,8 +227,8 @@ def hunyuan_apply_rotary_emb(
     cos, sin = _table(cos, xq), _table(sin, xq)
     mat = _mat(xq.shape[-1], "interleave", xq.device)
     if xk is None:
-        return rope_matrix(xq, mat, sin, cos), None
-    return rope_matrix_qk(xq, xk, mat, sin, cos)
+        return rope(xq, mat, sin, cos), None
+    return rope_qk(xq, xk, mat, sin, cos)
 
 
 # ---- FLUX ---------------------------------------------------------------------------------------
@@ -248,7 +243,7 @@ def flux_apply_rope(xq: Tensor, xk: Tensor, freqs_cis: Tensor) -> tuple[Tensor, 
     cos = _pairs_to_elems(freqs_cis[..., 0, 0])
     sin = _pairs_to_elems(freqs_cis[..., 1, 0])
     cos, sin = _table(cos, xq), _table(sin, xq)
-    return rope_matrix_qk(xq, xk, _mat(xq.shape[-1], "interleave", xq.device), sin, cos)
+    return rope_qk(xq, xk, _mat(xq.shape[-1], "interleave", xq.device), sin, cos)
 
 
 # ---- diffusers ----------------------------------------------------------------------------------
@@ -286,7 +281,7 @@ def apply_rotary_emb(
         cos, sin = _real_tables(freqs_cis)
         cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
         mode = "interleave"
-    return rope_matrix(x, _mat(x.shape[-1], mode, x.device), _table(sin, x), _table(cos, x))
+    return rope(x, _mat(x.shape[-1], mode, x.device), _table(sin, x), _table(cos, x))
 
 
 def apply_rotary_emb_qwen(
@@ -302,4 +297,4 @@ def apply_rotary_emb_qwen(
         return apply_rotary_emb(x, freqs_cis, True, use_real_unbind_dim, sequence_dim=2)
     cos, sin = _real_tables(freqs_cis)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    return rope_matrix(x, _mat(x.shape[-1], "interleave", x.device), _table(sin, x), _table(cos, x))
+    return rope(x, _mat(x.shape[-1], "interleave", x.device), _table(sin, x), _table(cos, x))

@@ -37,8 +37,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ._per_sample import rope, rope_qk
 from .matrices import compose_matrix, get_half_matrix, get_interleave_matrix
-from .ops import rope_matrix, rope_matrix_qk
 
 __all__ = [
     "FLUX_SPLIT",
@@ -1008,9 +1008,10 @@ class RotaryEmbedding(torch.nn.Module):
             tab = self._positions_tables(positions, offset, q.device)
         else:
             tab = self.tables(s, offset=offset, device=q.device)
+        # per-sample positions [B, S] give per-sample tables: sample by sample off the CPU
         if k is None:
-            return rope_matrix(q, tab.mat, tab.sin, tab.cos)
-        return rope_matrix_qk(q, k, tab.mat, tab.sin, tab.cos)
+            return rope(q, tab.mat, tab.sin, tab.cos)
+        return rope_qk(q, k, tab.mat, tab.sin, tab.cos)
 
     def _seq_len_of(self, q: Tensor, k: Tensor | None, positions: Tensor | None) -> int:
         """q's sequence length in ``self.layout``; checks that k and positions agree with it."""

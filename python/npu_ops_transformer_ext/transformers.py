@@ -41,8 +41,8 @@ from collections.abc import Iterable, Iterator
 import torch
 from torch import Tensor
 
+from ._per_sample import rope, rope_qk
 from .matrices import cached_matrix, get_half_matrix, get_interleave_matrix
-from .ops import rope_matrix, rope_matrix_qk
 
 __all__ = [
     "DEFAULT_FAMILIES",
@@ -199,20 +199,13 @@ def _rope_qk(
     if q.dtype != k.dtype:
         return _rope_one(q, cos, sin, matrix), _rope_one(k, cos, sin, matrix)
     cos, sin = _tables_for(cos, q.dtype), _tables_for(sin, q.dtype)
-    if q.device.type != "cpu" and cos.dim() == q.dim() and cos.shape[0] > 1:
-        # Per-sample tables [B, 1, S, D] (position_ids per batch row): the NPU kernel takes tables
-        # that vary along one dim of x, so go sample by sample there.
-        outs = [
-            _rope_qk(q[i : i + 1], k[i : i + 1], cos[i : i + 1], sin[i : i + 1], matrix)
-            for i in range(q.shape[0])
-        ]
-        return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
-    return rope_matrix_qk(q, k, matrix(q.shape[-1], q.dtype, q.device), sin, cos)
+    # Per-sample tables [B, 1, S, D] (position_ids per batch row) go sample by sample off the CPU.
+    return rope_qk(q, k, matrix(q.shape[-1], q.dtype, q.device), sin, cos)
 
 
 def _rope_one(x: Tensor, cos: Tensor, sin: Tensor, matrix=_half_matrix) -> Tensor:
     m = matrix(x.shape[-1], x.dtype, x.device)
-    return rope_matrix(x, m, _tables_for(sin, x.dtype), _tables_for(cos, x.dtype))
+    return rope(x, m, _tables_for(sin, x.dtype), _tables_for(cos, x.dtype))
 
 
 # ---- patching -----------------------------------------------------------------------------------
