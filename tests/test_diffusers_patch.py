@@ -422,3 +422,53 @@ def test_wan_rotation_equals_diffusers_in_bf16(monkeypatch):
     assert models is not None
     err = (got - want).abs().max().item()
     assert err <= 2 * 2**-8 * want.abs().max().item()
+
+
+@pytest.mark.parametrize("family", ["flux", "wan"])
+def test_a_patched_model_saves_and_loads_whole(family, tmp_path, monkeypatch):
+    # torch.save of a whole patched model pickled processors whose class has diffusers' module and
+    # name, which pickle refused (not the same object as diffusers' class); loaded, in this process
+    # and in a fresh one, the model is patched still, gives the same bits, and unpatches
+    import io
+
+    model, kw = _tiny(family)
+    want_orig = _run(model, kw)
+    dp.patch_rope(model)
+    want = _run(model, kw)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    path = tmp_path / "m.pt"
+    path.write_bytes(buf.getvalue())
+    loaded = torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+    calls = _count_calls(monkeypatch)
+    assert torch.equal(_run(loaded, kw), want)
+    assert calls, "the loaded model does not call the op"
+    assert all(dp._is_ours(p) for p in _procs(loaded).values())
+    dp.unpatch_rope(loaded)
+    assert not any(dp._is_ours(p) for p in _procs(loaded).values())
+    assert torch.equal(_run(loaded, kw), want_orig)
+    # a fresh process that has not patched anything yet
+    torch.save(kw, tmp_path / "kw.pt")
+    torch.save(want, tmp_path / "want.pt")
+    from fresh_python import fresh_env, run_python
+
+    out = run_python(
+        "import sys, torch\n"
+        "from npu_ops_transformer_ext import diffusers_patch as dp\n"
+        "m = torch.load(sys.argv[1], weights_only=False)\n"
+        "kw = torch.load(sys.argv[2])\n"
+        "with torch.no_grad():\n"
+        "    got = m(**kw, return_dict=False)[0]\n"
+        "procs = dict(m.attn_processors).values()\n"
+        "print(all(dp._is_ours(p) for p in procs), torch.equal(got, torch.load(sys.argv[3])))\n",
+        str(path), str(tmp_path / "kw.pt"), str(tmp_path / "want.pt"), env=fresh_env())
+    assert out.split() == ["True", "True"]
+
+
+def test_a_copy_of_a_patched_processor_is_patched():
+    model, kw = _tiny("wan")
+    dp.patch_rope(model)
+    want = _run(model, kw)
+    for twin_model in (copy.deepcopy(model), copy.copy(model)):
+        assert all(dp._is_ours(p) for p in _procs(twin_model).values())
+        assert torch.equal(_run(twin_model, kw), want)

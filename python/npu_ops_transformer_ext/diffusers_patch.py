@@ -187,11 +187,33 @@ def _patched_class(cls: type, family: str) -> type | None:
         new_call = _rewritten_call(call, family) if isinstance(call, types.FunctionType) else None
         new_cls = None
         if new_call is not None:
-            attrs = {"__call__": new_call, "__module__": cls.__module__, _PREFIX + "family": family}
+            attrs = {"__call__": new_call, "__module__": cls.__module__, _PREFIX + "family": family,
+                     "__reduce_ex__": _reduce_patched}
             new_cls = type(cls.__name__, (cls,), attrs)
             _ours.add(new_cls)
         _patched_classes[key] = new_cls
     return _patched_classes[key]
+
+
+def _reduce_patched(self: Any, protocol: int) -> tuple:
+    """Pickling of a patched processor (``torch.save`` of a whole patched model, ``copy``): its
+    class has diffusers' module and name, under which pickle finds diffusers' own class and
+    refuses, so it is named by that class and the family, and made again on loading."""
+    cls = type(self)
+    base = cls.__bases__[0]
+    rv = object.__reduce_ex__(self, max(protocol, 2))  # (copyreg.__newobj__, (cls, *args), state, ...)
+    if not (isinstance(rv, tuple) and len(rv) >= 2 and rv[1] and rv[1][0] is cls):
+        return rv  # the processor pickles itself its own way
+    return (_new_patched, (base, getattr(cls, _PREFIX + "family"), *rv[1][1:]), *rv[2:])
+
+
+def _new_patched(base: type, family: str, *args: Any) -> Any:
+    """A new patched processor of diffusers' class ``base`` (unpickling; see ``_reduce_patched``)."""
+    cls = _patched_class(base, family)
+    if cls is None:
+        raise TypeError(f"cannot load a processor patched by patch_rope: this version of diffusers' "
+                        f"{base.__qualname__} is not one patch_rope rewrites")
+    return cls.__new__(cls, *args)
 
 
 def _is_ours(proc: Any) -> bool:
