@@ -2,6 +2,7 @@
 models built from configs (nothing is downloaded): logits, greedy generation, training steps, and
 what patching changes and restores. Skipped when ``transformers`` is not installed."""
 
+import importlib
 import math
 
 import pytest
@@ -688,3 +689,27 @@ def test_matrix_cached_in_inference_mode_serves_training(monkeypatch):
     a, b = nt.apply_rotary_pos_emb(qq, k, cos, sin)
     (a.sum() + b.sum()).backward()
     assert torch.equal(a.detach(), want[0]) and qq.grad is not None
+
+
+def test_a_family_that_defines_but_never_calls_the_function_is_not_reported_patched():
+    # Jamba's modeling file defines HF's apply_rotary_pos_emb and never calls it (no RoPE):
+    # patching the model was reported done while nothing changed
+    import transformers as T
+
+    llama = importlib.import_module("transformers.models.llama.modeling_llama")
+    jamba = importlib.import_module("transformers.models.jamba.modeling_jamba")
+    assert nt._loads_global(llama, ["apply_rotary_pos_emb"])
+    assert nt._rope_names(jamba) and not nt._loads_global(jamba, nt._rope_names(jamba))
+    cfg = T.JambaConfig(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, attn_layer_period=1, attn_layer_offset=0,
+                        expert_layer_period=2, num_experts=2, mamba_d_state=4, mamba_expand=1,
+                        use_mamba_kernels=False)
+    model = T.AutoModelForCausalLM.from_config(cfg)
+    with pytest.raises(TypeError, match="JambaForCausalLM is not a transformers model with a modeling file "
+                       "that defines and calls apply_rotary_pos_emb"):
+        nt.patch_transformers(model)
+    assert "transformers.models.jamba.modeling_jamba" not in nt.patched_modules()
+    # asked for by name, the family is patched as asked (and unpatched)
+    assert nt.patch_transformers("jamba") == ["transformers.models.jamba.modeling_jamba"]
+    nt.unpatch_transformers("jamba")
+    assert "transformers.models.jamba.modeling_jamba" not in nt.patched_modules()

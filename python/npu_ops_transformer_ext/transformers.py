@@ -321,7 +321,49 @@ def _rope_names(mod: types.ModuleType) -> list[str]:
     return [n for n in _NAMES if callable(getattr(mod, n, None))]
 
 
+def _codes(code: types.CodeType) -> Iterator[types.CodeType]:
+    """``code`` and the code of every function, class body and comprehension nested in it."""
+    yield code
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from _codes(c)
+
+
+def _loads_global(mod: types.ModuleType, names: Iterable[str]) -> bool:
+    """Whether code of ``mod`` other than their own definitions uses any of ``names`` (a global of
+    ``mod``): in a function or method defined in ``mod``. A modeling file can define HF's
+    ``apply_rotary_pos_emb`` and never call it (a family without RoPE); patching it changes nothing."""
+    names = set(names)
+    seen: set[int] = set()
+
+    def functions(obj, depth=0):
+        if isinstance(obj, (staticmethod, classmethod)):
+            obj = obj.__func__
+        if isinstance(obj, property):
+            yield from (f for f in (obj.fget, obj.fset, obj.fdel) if f is not None)
+        elif isinstance(obj, types.FunctionType):
+            yield obj
+        elif isinstance(obj, type) and depth < 3:
+            for v in vars(obj).values():
+                yield from functions(v, depth + 1)
+
+    for obj in list(vars(mod).values()):
+        if getattr(obj, "__module__", None) != mod.__name__:
+            continue
+        for f in functions(obj):
+            f = inspect.unwrap(f)
+            if id(f) in seen or f.__globals__ is not vars(mod):
+                continue
+            seen.add(id(f))
+            if f.__name__ in names and f is vars(mod).get(f.__name__):
+                continue  # the definition itself (a recursive call would be odd; ignored)
+            if any(names.intersection(c.co_names) for c in _codes(f.__code__)):
+                return True
+    return False
+
+
 def _modules_of(model: torch.nn.Module) -> list[types.ModuleType]:
+    """The modeling modules of ``model``'s submodules that define and use a function of ``_NAMES``."""
     import sys
 
     names = []
@@ -329,7 +371,8 @@ def _modules_of(model: torch.nn.Module) -> list[types.ModuleType]:
         n = type(sub).__module__
         if n.startswith("transformers.models.") and n not in names:
             names.append(n)
-    return [sys.modules[n] for n in names if _rope_names(sys.modules[n])]
+    mods = [sys.modules[n] for n in names]
+    return [m for m in mods if _rope_names(m) and _loads_global(m, _rope_names(m))]
 
 
 def _resolve(model_or_module, families, who: str) -> list[types.ModuleType]:
@@ -340,7 +383,8 @@ def _resolve(model_or_module, families, who: str) -> list[types.ModuleType]:
         if not mods:
             raise TypeError(
                 f"{who}: {type(_unwrap_model(model_or_module)).__name__} is not a transformers model "
-                f"with a modeling file that defines apply_rotary_pos_emb"
+                f"with a modeling file that defines and calls apply_rotary_pos_emb (a family that "
+                f"applies no RoPE, or applies it otherwise, has nothing to patch)"
             )
         return mods
     if isinstance(model_or_module, types.ModuleType):
@@ -411,7 +455,8 @@ def patch_transformers(
 
     ``model_or_module``:
       * a model (``LlamaForCausalLM``, ``Qwen2Model``, a ``torch.compile`` wrapper of one, ...): the
-        families of its modules;
+        families of its modules whose modeling file calls its RoPE function (Jamba's defines
+        ``apply_rotary_pos_emb`` and never calls it; a model with no such family is a TypeError);
       * a modeling module (``transformers.models.qwen3.modeling_qwen3``) or a family name
         (``"qwen3"``);
       * None: the families in ``families`` (names), by default ``DEFAULT_FAMILIES`` (LLaMA,
