@@ -1011,3 +1011,30 @@ def test_rope_nd_theta_per_axis_as_an_array():
     want = tables.rope_nd((2, 3), (4, 4), theta=[100.0, 10000.0])
     for th in (np.array([100.0, 10000.0]), torch.tensor([100.0, 10000.0], dtype=F64), (100.0, 10000.0)):
         assert torch.equal(tables.rope_nd((2, 3), (4, 4), theta=th).cos, want.cos)
+
+
+def test_tables_built_in_pieces_equal_one_piece(monkeypatch):
+    """Long tables are converted from float64 angles a block of rows at a time, short ones (a decode
+    step's) in one piece without the padding step: the same bits either way, with and without a
+    pass-through tail, a scaling factor and per-axis grids."""
+    cases = {
+        "1d": lambda: tables.rope_1d(37, 16, offset=5),
+        "1d partial": lambda: tables.rope_1d(37, 16, rotary_dim=10, dtype=torch.bfloat16),
+        "1d yarn": lambda: tables.rope_1d(37, 16, scaling={"rope_type": "yarn", "factor": 4.0,
+                                                           "original_max_position_embeddings": 16}),
+        "1d positions": lambda: tables.rope_1d(torch.arange(40).reshape(2, 20) * 3, 16),
+        "nd": lambda: tables.rope_nd(torch.randint(0, 50, (23, 3), generator=torch.Generator().manual_seed(0)),
+                                     [4, 6, 6]),
+        "nd partial": lambda: tables.rope_nd(torch.randint(0, 50, (23, 2), generator=torch.Generator().manual_seed(1)),
+                                             [4, 6], head_dim=16),
+    }
+    whole = {k: f() for k, f in cases.items()}
+    monkeypatch.setattr(tables, "_FINISH_ROWS", 3)
+    for k, f in cases.items():
+        got = f()
+        for a, b in zip(got, whole[k]):
+            assert a.dtype == b.dtype and a.shape == b.shape, k
+            assert torch.equal(a.view(torch.int16) if a.element_size() == 2 else a.view(torch.int32)
+                               if a.element_size() == 4 else a.view(torch.int64),
+                               b.view(torch.int16) if b.element_size() == 2 else b.view(torch.int32)
+                               if b.element_size() == 4 else b.view(torch.int64)), k

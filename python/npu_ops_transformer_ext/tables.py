@@ -454,9 +454,17 @@ def _finish(ang_rows, lead: tuple, r: int, head_dim: int, attn: float | Tensor, 
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype of the tables must be a floating dtype, got {dtype}")
     rows = math.prod(lead)
+    scale = isinstance(attn, Tensor) or attn != 1.0
+    shape = (*lead, head_dim)
+    if rows <= _FINISH_ROWS and r == head_dim:  # one piece, no padding (a decode step's tables)
+        ang = ang_rows(0, rows)
+        c, s = torch.cos(ang), torch.sin(ang)
+        if scale:
+            c, s = c * attn, s * attn
+        return RopeTables(c.to(dtype).reshape(shape).to(device), s.to(dtype).reshape(shape).to(device),
+                          mat.to(device))
     cos = torch.empty(rows, head_dim, dtype=dtype)
     sin = torch.empty(rows, head_dim, dtype=dtype)
-    scale = isinstance(attn, Tensor) or attn != 1.0
     for lo in range(0, rows, _FINISH_ROWS):
         hi = min(rows, lo + _FINISH_ROWS)
         ang = ang_rows(lo, hi)
@@ -467,7 +475,6 @@ def _finish(ang_rows, lead: tuple, r: int, head_dim: int, attn: float | Tensor, 
         sin[lo:hi, :r] = s
     cos[:, r:] = 1.0
     sin[:, r:] = -0.0  # keeps x's -0, see above
-    shape = (*lead, head_dim)
     return RopeTables(cos.reshape(shape).to(device), sin.reshape(shape).to(device), mat.to(device))
 
 
