@@ -2,7 +2,7 @@
 costs matter more than memory traffic, against a single ``torch.mul`` of the same tensors.
 
     python benchmarks/bench_decode.py [--heads 32] [--batches 1,8] [--calls 5000] [--repeats 3]
-                                      [--steps 2000] [--start 4096] [--layers 32]
+                                      [--steps 2000] [--start 4096]
 
 x is ``[B, heads, 1, D]`` bf16 and the tables ``[B, 1, 1, D]`` bf16; no input requires grad. For
 each B it prints microseconds per call of ``rope_matrix``, ``rope_matrix_qk`` (q and k of x's
@@ -15,9 +15,7 @@ of the repeats and the min–max of the ratio over the repeats is shown too.
 Then the per-step time of a KV-cache decode step with ``RotaryEmbedding`` (q ``[B, 1, 32, 128]``,
 k ``[B, 1, 8, 128]`` bf16, BSND, ``rope(q, k, offset=n)`` with n growing by one per step from
 --start), under torch.inference_mode(): the module's cached tables (sliced per step) against
-building the step's tables with ``rope_1d`` every step; and per call when each step calls the
-module ``--layers`` times at the same positions, as the layers of a model do (the module hands out
-the tables of the last call again).
+building the step's tables with ``rope_1d`` every step.
 """
 import argparse
 import time
@@ -92,10 +90,8 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=1, help="repeat the whole measurement, report the spread")
     ap.add_argument("--steps", type=int, default=2000, help="decode steps per loop")
     ap.add_argument("--start", type=int, default=4096, help="first decode position")
-    ap.add_argument("--layers", type=int, default=32,
-                    help="calls a decode step at the same positions, one per layer (the second figure)")
     args = ap.parse_args(argv)
-    for name in ("heads", "calls", "repeats", "steps", "layers"):
+    for name in ("heads", "calls", "repeats", "steps"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.dim < 2 or args.dim % 2:
@@ -146,9 +142,8 @@ def per_step_us(step, start, steps):
 def decode_steps(args):
     d = args.dim
     print(f"\nRotaryEmbedding decode step, q [B, 1, {args.heads}, {d}], k [B, 1, 8, {d}] bf16 BSND, "
-          f"offset from {args.start}, best of five loops of {args.steps} steps, inference_mode; per call "
-          f"with one call a step, and with {args.layers} (one per layer, the same positions)")
-    print(f"{'B':>4}{'cached tables us':>18}{f'{args.layers} layers us':>16}{'rebuilt per step us':>21}")
+          f"offset from {args.start}, best of five loops of {args.steps} steps, inference_mode")
+    print(f"{'B':>4}{'cached tables us':>18}{'rebuilt per step us':>21}")
     for b in args.batches:
         q = torch.randn(b, 1, args.heads, d).bfloat16()
         k = torch.randn(b, 1, 8, d).bfloat16()
@@ -156,10 +151,6 @@ def decode_steps(args):
 
         def cached(n, q=q, k=k, rope=rope):
             return rope(q, k, offset=n)
-
-        def layers(n, q=q, k=k, rope=rope):
-            for _ in range(args.layers):
-                rope(q, k, offset=n)
 
         def rebuilt(n, q=q, k=k):
             t = rope_1d(1, d, offset=n)
@@ -169,9 +160,8 @@ def decode_steps(args):
 
         with torch.inference_mode():
             c = per_step_us(cached, args.start, args.steps)
-            per_layer = per_step_us(layers, args.start, max(1, args.steps // args.layers)) / args.layers
             r = per_step_us(rebuilt, args.start, args.steps)
-        print(f"{b:>4}{c:>18.1f}{per_layer:>16.1f}{r:>21.1f}")
+        print(f"{b:>4}{c:>18.1f}{r:>21.1f}")
 
 
 if __name__ == "__main__":
