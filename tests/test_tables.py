@@ -849,41 +849,6 @@ def test_rotary_embedding_tables_written_by_a_caller_are_rebuilt():
     assert torch.equal(rope(x), tables.RotaryEmbedding(16, layout="BNSD")(x))
 
 
-def test_rotary_embedding_hands_out_the_last_slice_again_while_it_is_valid():
-    """The layers of a decode step ask for the same positions in turn: the views of the last call
-    are handed out again, and only while they are what a new slice would be."""
-    rope = tables.RotaryEmbedding(16, layout="BSND")
-    fresh = tables.RotaryEmbedding(16, layout="BSND")
-    a = rope.tables(1, offset=5)
-    assert rope.tables(1, offset=5) is a  # the same positions: the same views
-    for other in (rope.tables(2, offset=5), rope.tables(1, offset=6)):
-        assert other is not a
-    b = rope.tables(1, offset=6)
-    assert rope.tables(1, offset=6) is b
-    want = fresh.tables(1, offset=6)
-    assert torch.equal(b.cos, want.cos) and torch.equal(b.sin, want.sin)
-    # a write into the views handed out: a new slice of the rebuilt cache, with the right values
-    b.sin.zero_()
-    c = rope.tables(1, offset=6)
-    assert c is not b and torch.equal(c.sin, want.sin) and torch.equal(c.cos, want.cos)
-    # a slice made under inference_mode is not handed out outside it (nor the other way round)
-    with torch.inference_mode():
-        d = rope.tables(1, offset=7)
-        assert rope.tables(1, offset=7) is d
-    e = rope.tables(1, offset=7)
-    assert e is not d and not e.cos.is_inference() and rope.tables(1, offset=7) is e
-    # growth of the cache (positions past it) makes a new entry: never a slice of the old one
-    far = rope.tables(1, offset=10_000)
-    assert torch.equal(far.cos, fresh.tables(1, offset=10_000).cos)
-    assert rope.tables(1, offset=7) is not e
-    # and a training step after a decode under inference_mode records its graph
-    q = torch.randn(1, 1, 2, 16, requires_grad=True)
-    with torch.inference_mode():
-        rope(q.detach(), offset=3)
-    rope(q, offset=3).sum().backward()
-    assert q.grad is not None
-
-
 def test_yarn_and_longrope_need_a_factor_they_can_know():
     """No factor and nothing to derive it from is refused (it used to mean factor 1: LongRoPE's
     attention factor silently 1 instead of HF's); with max_position_embeddings= it is derived as

@@ -854,10 +854,6 @@ class RotaryEmbedding(torch.nn.Module):
         # (device, dtype, regime) -> (tables [L, D] for positions 0 .. L-1, cos and sin viewed for
         # the layout, versions of cos and sin when built); L grows geometrically (see tables())
         self._cache: dict[tuple, tuple] = {}
-        # The last slice tables() returned from the cache: (cache entry, offset, seq_len, inference
-        # mode, RopeTables). The layers of a decode step ask for the same positions one after the
-        # other, and a view costs about a microsecond to make.
-        self._last_slice: tuple | None = None
 
     def __setattr__(self, name: str, value: object) -> None:
         if name in _ROPE_SETTINGS:
@@ -980,15 +976,7 @@ class RotaryEmbedding(torch.nn.Module):
             t = self._build(seq_len, offset, device)
             return RopeTables(for_layout(t.cos, self.layout), for_layout(t.sin, self.layout), t.mat)
         o = int(offset)
-        if torch.compiler.is_compiling():  # (a traced graph slices; no state kept while tracing)
-            return RopeTables(hit[1][o : o + seq_len], hit[2][o : o + seq_len], hit[0].mat)
-        inference = torch.is_inference_mode_enabled()
-        last = self._last_slice
-        if last is not None and last[0] is hit and last[1] == o and last[2] == seq_len and last[3] == inference:
-            return last[4]  # the same views (a write into them changes the cache entry: see _full)
-        tab = RopeTables(hit[1][o : o + seq_len], hit[2][o : o + seq_len], hit[0].mat)
-        self.__dict__["_last_slice"] = (hit, o, seq_len, inference, tab)  # (past nn.Module's __setattr__)
-        return tab
+        return RopeTables(hit[1][o : o + seq_len], hit[2][o : o + seq_len], hit[0].mat)
 
     def _positions_tables(self, positions: Tensor, offset, device: torch.device) -> RopeTables:
         """Tables for per-token positions: rows of the cached table when the positions are
