@@ -472,3 +472,71 @@ def test_a_copy_of_a_patched_processor_is_patched():
     for twin_model in (copy.deepcopy(model), copy.copy(model)):
         assert all(dp._is_ours(p) for p in _procs(twin_model).values())
         assert torch.equal(_run(twin_model, kw), want)
+
+
+if HAS_DIFFUSERS:
+    from diffusers.models.transformers.transformer_flux import FluxAttnProcessor
+
+    class _ProcWithNewargsEx(FluxAttnProcessor):
+        """A processor made with keyword arguments to __new__ (pickled through __newobj_ex__)."""
+
+        def __new__(cls, *, tag="t"):
+            obj = super().__new__(cls)
+            obj.tag = tag
+            return obj
+
+        def __init__(self, *, tag="t"):
+            super().__init__()
+
+        def __getnewargs_ex__(self):
+            return (), {"tag": self.tag}
+
+    class _ProcWithReduce(FluxAttnProcessor):
+        """A processor whose own __reduce__ calls its class."""
+
+        def __init__(self, scale=1.0):
+            super().__init__()
+            self.scale = scale
+
+        def __reduce__(self):
+            return type(self), (self.scale,)
+
+
+@pytest.mark.parametrize("make", [lambda: _ProcWithNewargsEx(tag="x"), lambda: _ProcWithReduce(2.5)],
+                         ids=["getnewargs_ex", "own_reduce"])
+def test_patched_processors_of_user_classes_copy_and_pickle(make):
+    # a processor pickled in another way than copyreg.__newobj__ (keyword __new__ arguments, its
+    # own __reduce__) copies and pickles patched, with its state (the first failed in __new__)
+    import pickle
+
+    model, kw = _tiny("flux")
+    model.set_attn_processor(make())
+    dp.patch_rope(model)
+    want = _run(model, kw)
+    for other in (copy.deepcopy(model), pickle.loads(pickle.dumps(model, protocol=2)),
+                  pickle.loads(pickle.dumps(model, protocol=pickle.HIGHEST_PROTOCOL))):
+        procs = list(_procs(other).values())
+        assert procs and all(dp._is_ours(p) for p in procs)
+        assert all(getattr(p, "tag", None) == "x" or getattr(p, "scale", None) == 2.5 for p in procs)
+        assert torch.equal(_run(other, kw), want)
+
+
+def test_a_subclass_of_a_patched_class_pickles_by_its_own_name():
+    import pickle
+    import sys
+    import types
+
+    model, _ = _tiny("flux")
+    dp.patch_rope(model)
+    patched = type(next(iter(_procs(model).values())))
+    home = types.ModuleType("_npu_ops_test_home")  # an importable home for the subclass
+    sub = type("Sub", (patched,), {"__module__": home.__name__})
+    home.Sub = sub
+    sys.modules[home.__name__] = home
+    try:
+        obj = sub()
+        obj.mark = 7
+        for other in (copy.copy(obj), copy.deepcopy(obj), pickle.loads(pickle.dumps(obj))):
+            assert type(other) is sub and other.mark == 7
+    finally:
+        del sys.modules[home.__name__]

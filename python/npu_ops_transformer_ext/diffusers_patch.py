@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import copyreg
 import importlib
 import sys
 import types
@@ -200,20 +201,40 @@ def _reduce_patched(self: Any, protocol: int) -> tuple:
     class has diffusers' module and name, under which pickle finds diffusers' own class and
     refuses, so it is named by that class and the family, and made again on loading."""
     cls = type(self)
-    base = cls.__bases__[0]
-    rv = object.__reduce_ex__(self, max(protocol, 2))  # (copyreg.__newobj__, (cls, *args), state, ...)
-    if not (isinstance(rv, tuple) and len(rv) >= 2 and rv[1] and rv[1][0] is cls):
-        return rv  # the processor pickles itself its own way
-    return (_new_patched, (base, getattr(cls, _PREFIX + "family"), *rv[1][1:]), *rv[2:])
+    if cls not in _ours:  # a subclass of a patched class: pickled by its own name
+        return object.__reduce_ex__(self, protocol)
+    base, family = cls.__bases__[0], getattr(cls, _PREFIX + "family")
+    rv = object.__reduce_ex__(self, max(protocol, 2))  # the processor's own __reduce__ if it has one
+    if not isinstance(rv, tuple) or len(rv) < 2:
+        return rv
+    fn, args = rv[0], rv[1]
+    if fn is copyreg.__newobj__ and args and args[0] is cls:  # (cls, *args)
+        return (_new_patched, (base, family, args[1:], {}), *rv[2:])
+    if fn is copyreg.__newobj_ex__ and args and args[0] is cls:  # (cls, args, kwargs)
+        return (_new_patched, (base, family, tuple(args[1]), dict(args[2])), *rv[2:])
+    if fn is cls:  # a __reduce__ that calls the class
+        return (_call_patched, (base, family, tuple(args)), *rv[2:])
+    return rv
 
 
-def _new_patched(base: type, family: str, *args: Any) -> Any:
-    """A new patched processor of diffusers' class ``base`` (unpickling; see ``_reduce_patched``)."""
+def _loaded_class(base: type, family: str) -> type:
     cls = _patched_class(base, family)
     if cls is None:
         raise TypeError(f"cannot load a processor patched by patch_rope: this version of diffusers' "
                         f"{base.__qualname__} is not one patch_rope rewrites")
-    return cls.__new__(cls, *args)
+    return cls
+
+
+def _new_patched(base: type, family: str, args: tuple, kwargs: dict) -> Any:
+    """A new patched processor of diffusers' class ``base`` (unpickling; see ``_reduce_patched``)."""
+    cls = _loaded_class(base, family)
+    return cls.__new__(cls, *args, **kwargs)
+
+
+def _call_patched(base: type, family: str, args: tuple) -> Any:
+    """The patched class of ``base`` called with ``args`` (unpickling a processor whose own
+    ``__reduce__`` calls its class)."""
+    return _loaded_class(base, family)(*args)
 
 
 def _is_ours(proc: Any) -> bool:
