@@ -337,6 +337,17 @@ def test_threads_above_the_process_are_refused(capsys):
             in " ".join(capsys.readouterr().err.split()))
 
 
+def test_threads_are_given_back_after_a_run():
+    # a run with --threads 1 left the process at 1 thread: a later --threads 2 was refused
+    before = torch.get_num_threads()
+    args = ["--shape", "1,1,4,8", "--modes", "half", "--providers", "rope_matrix", "--iters", "1", "--warmup", "0",
+            "--csv", "", "--progress", "off"]
+    bench.main([*args, "--threads", "1"])
+    assert torch.get_num_threads() == before
+    bench.main([*args, "--threads", str(before)])
+    assert torch.get_num_threads() == before
+
+
 def test_repeated_providers_run_once_and_columns_stay_apart(tmp_path, capsys):
     out = tmp_path / "b.csv"
     # a tiny shape: GB/s below 0.001 takes all of its 8 characters

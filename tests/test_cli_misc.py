@@ -196,6 +196,7 @@ def test_timeline_plot_options_that_cannot_work_exit_2(tmp_path, capsys):
         ([trace, "--cores", ","], "--cores: give at least one core name"),
         ([trace, "--cores", "AIV_0,FOO"], f"--cores: FOO is not in {trace} (it has AIC_0, AIV_0)"),
         ([trace, "--cores", "AIV_1,AIC_0,AIV_2"], f"--cores: AIV_1, AIV_2 are not in {trace} (it has AIC_0, AIV_0)"),
+        ([trace, "--cores", "AIC_0,AIV_0,AIV_1"], f"--cores: AIV_1 is not in {trace} (it has AIC_0, AIV_0)"),
         ([trace, "--window", "nan,3"], "--window takes finite START < END in microseconds, got 'nan,3'"),
         ([trace, "--window", "1,inf"], "--window takes finite START < END in microseconds, got '1,inf'"),
         ([trace, "--window", "3,1"], "--window takes finite START < END in microseconds, got '3,1'"),
@@ -218,5 +219,6 @@ def test_timeline_plot_help_shows_defaults():
     r = subprocess.run([sys.executable, "-m", "npu_ops_transformer_ext.timeline_plot", "--help"],
                        capture_output=True, text=True, timeout=60, check=True)
     out = " ".join(r.stdout.split())
-    for default in ("(default: AIC_0,AIV_0,AIV_1)", "(default: timeline.png)", "(default: the whole run)"):
+    for default in ("(default: those of AIC_0,AIV_0,AIV_1 the trace has)", "(default: timeline.png)",
+                    "(default: the whole run)"):
         assert default in out

@@ -270,9 +270,13 @@ def main(argv: Sequence[str] | None = None) -> object:
         ap.error("--iters must be >= 1 and --warmup >= 0")
     if a.csv:
         _cli.check_output_path(ap, "--csv", a.csv)
+    before = torch.get_num_threads()
     if a.threads:
         torch.set_num_threads(a.threads)
-    run(shape, getattr(torch, a.dtype), modes, providers, a.warmup, a.iters, a.csv, a.progress)
+    try:
+        run(shape, getattr(torch, a.dtype), modes, providers, a.warmup, a.iters, a.csv, a.progress)
+    finally:
+        torch.set_num_threads(before)  # (a later call in this process starts from the same count)
     return None
 
 

@@ -6,8 +6,9 @@
 One row per (core, pipe) that ran anything, one bar per instruction, coloured by the API that
 issued it; ``--window`` zooms to a time range in microseconds. The image format follows the
 extension of ``--out``. Needs matplotlib. An option that cannot work (a trace that is missing or not
-a twin trace, a --cores name it does not have (of the default cores, those it has are drawn), a window that is not START < END, an output that cannot be
-written) exits with 2 before anything is drawn.
+a twin trace, a ``--cores`` name it does not have (without ``--cores``, those of the default cores
+it has are drawn), a window that is not START < END, an output that cannot be written) exits with 2
+before anything is drawn.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from . import _cli
 
 __all__ = ["main", "plot"]
 
+_DEFAULT_CORES = ("AIC_0", "AIV_0", "AIV_1")
 _WHAT = "expected the Chrome trace JSON of twin.run(..., timeline=True, trace=...)"
 
 
@@ -74,7 +76,7 @@ def _spans(events: list[dict], trace: str, cores: Sequence[str], window: tuple[f
     return pname, tname, rows
 
 
-def plot(trace: str, out: str, cores: Sequence[str] = ("AIC_0", "AIV_0", "AIV_1"),
+def plot(trace: str, out: str, cores: Sequence[str] = _DEFAULT_CORES,
          window: tuple[float, float] | None = None, title: str = "") -> None:
     """Writes the image ``out`` (its format follows the extension) of ``cores``' pipes in
     ``trace`` (times in us; ``window`` zooms). A ValueError when the trace has none of ``cores`` or
@@ -118,14 +120,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m npu_ops_transformer_ext.timeline_plot", description=__doc__,
                                  allow_abbrev=False, formatter_class=_cli.HelpFormatter)
     ap.add_argument("trace", help="Chrome trace JSON written by twin.run(..., timeline=True, trace=...)")
-    ap.add_argument("--cores", default="AIC_0,AIV_0,AIV_1", help="comma list of core names to draw")
+    ap.add_argument("--cores", default=None,
+                    help=f"comma list of core names to draw, each in the trace (default: those of "
+                    f"{','.join(_DEFAULT_CORES)} the trace has)")
     ap.add_argument("--window", default="",
                     help="START,END in microseconds, finite, START < END (default: the whole run)")
     ap.add_argument("--title", default="", help="plot title (default: the cores drawn)")
     ap.add_argument("--out", default="timeline.png",
                     help="image to write (the format follows the extension: png, svg, pdf, ...)")
     a = ap.parse_args(argv)
-    cores = list(dict.fromkeys(c.strip() for c in a.cores.split(",") if c.strip()))
+    given = a.cores is not None
+    spec = a.cores if given else ",".join(_DEFAULT_CORES)
+    cores = list(dict.fromkeys(c.strip() for c in spec.split(",") if c.strip()))
     if not cores:
         ap.error(f"--cores: give at least one core name (AIC_0, AIV_0, ...), got {a.cores!r}")
     window = None
@@ -143,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(str(e))
     have = sorted(map(str, pname.values()))
     missing = [c for c in cores if c not in have]
-    if missing and a.cores != ap.get_default("cores"):  # of the default, the cores the trace has are drawn
+    if missing and given:  # of the default cores, those the trace has are drawn
         ap.error(f"--cores: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not in {a.trace} "
                  f"(it has {', '.join(have)})")
     _cli.check_output_path(ap, "--out", a.out, image=True)
