@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from npu_ops_transformer_ext import bench, plot, precision, sweep, timeline_plot
+from npu_ops_transformer_ext import bench, npu_model, plot, precision, sweep, timeline_plot
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY_BENCH = ["--shape", "1,1,4,8", "--modes", "dense", "--providers", "rope_matrix", "--iters", "1",
@@ -23,6 +23,8 @@ TINY_BENCH = ["--shape", "1,1,4,8", "--modes", "dense", "--providers", "rope_mat
     (precision.main, ["--smal", "--dims", "1d", "--modes", "half", "--progress", "off"], "--smal"),
     (plot.main, ["missing.csv", "--ou", "x.png"], "--ou"),
     (timeline_plot.main, ["missing.json", "--core", "AIV_0"], "--core"),
+    (npu_model.main, ["--sha", "1,1,2,16", "--modes", "dense"], "--sha"),  # was: run with --shape 1,1,2,16
+    (bench.main, ["--npu-model", "--sha", "1,1,2,16", "--modes", "dense"], "--sha"),
 ])
 def test_abbreviated_options_are_refused(main, argv, abbrev, capsys):
     with pytest.raises(SystemExit) as e:

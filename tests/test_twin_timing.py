@@ -1,6 +1,7 @@
 """The twin's timing model: the scheduler on hand-made records with known answers, the recording of
 real kernel launches (bytes, trace JSON) and the calibration against the seed's measured figures."""
 import json
+import re
 
 import pytest
 import torch
@@ -191,7 +192,7 @@ def test_chrome_trace_is_well_formed(tmp_path):
 
 
 def test_unknown_timing_parameter_is_refused():
-    with pytest.raises(KeyError, match="no_such"):
+    with pytest.raises(ValueError, match="unknown timing parameter 'no_such'; known: clock_ghz, "):
         twin.run(*_inputs(16), timeline=True, timing_params={"no_such": 1.0})
     assert set(twin.timing_params()) >= {"hbm_gbps", "clock_ghz", "matmul_fixed_cycles", "flag_latency_cycles"}
 
@@ -281,3 +282,33 @@ def test_npu_model_module_runs_as_a_command():
                            text=True, timeout=120, check=True).stdout
             for m, extra in (("npu_model", []), ("bench", ["--npu-model"]))]
     assert "--shape" in outs[0] and outs[0] == outs[1]
+
+
+@pytest.mark.parametrize(("params", "error", "message"), [
+    ({"l2_line": 0}, ValueError, "l2_line must be a whole number of bytes >= 1, got 0.0"),  # was SIGFPE
+    ({"l2_line": 0.5}, ValueError, "l2_line must be a whole number of bytes >= 1, got 0.5"),
+    ({"launch_us": -100}, ValueError, "launch_us must be a finite number >= 0, got -100.0"),  # a negative time
+    ({"launch_us": float("nan")}, ValueError, "launch_us must be a finite number >= 0, got nan"),
+    ({"hbm_gbps": float("nan")}, ValueError, "hbm_gbps must be a finite number > 0, got nan"),  # was inf
+    ({"hbm_gbps": 0}, ValueError, "hbm_gbps must be a finite number > 0, got 0.0"),  # was a 'stalled' error
+    ({"clock_ghz": -1}, ValueError, "clock_ghz must be a finite number > 0, got -1.0"),
+    ({"flag_latency_cycles": -1e9}, ValueError, "flag_latency_cycles must be a finite number >= 0"),
+    ({"hbm_gbps": "fast"}, TypeError, "timing parameter hbm_gbps must be a number, got str 'fast'"),
+    ({"hbm_gbps": True}, TypeError, "timing parameter hbm_gbps must be a number, got bool True"),
+])
+def test_timing_parameters_the_model_cannot_use_are_refused(params, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        twin.run(*_inputs(16), timeline=True, timing_params=params)
+
+
+def test_options_are_checked_for_an_empty_x_too(tmp_path):
+    x, y, sin, cos = _inputs(16)
+    empty = x[..., :0, :]
+    out, report = twin.run(empty, y, sin[..., :0, :], cos[..., :0, :], timeline=True, trace=str(tmp_path / "t.json"))
+    assert out.shape == empty.shape and report == {} and not (tmp_path / "t.json").exists()
+    with pytest.raises(ValueError, match="soc must be one of"):
+        twin.run(empty, y, sin[..., :0, :], cos[..., :0, :], soc="NoSuchSoC")
+    with pytest.raises(ValueError, match="l2_line"):
+        twin.run(empty, y, sin[..., :0, :], cos[..., :0, :], timeline=True, timing_params={"l2_line": 0})
+    with pytest.raises(ValueError, match="timing_params= needs timeline=True"):
+        twin.run(x, y, sin, cos, timing_params={"hbm_gbps": 1000})

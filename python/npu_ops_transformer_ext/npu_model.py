@@ -149,7 +149,7 @@ def run(shape: Sequence[int], modes: Sequence[str], dtype: torch.dtype = torch.b
         line = f"{mode:<15}{got.get('perm', float('nan')):>9.3f}{got['mix']:>9.3f}"
         if seed and mode in SEED_MEASURED_MS:
             small, fused, original = SEED_MEASURED_MS[mode]
-            line += f"  | {'':>19}{small:>9.2f}{fused:>15.2f}{original:>9.2f}"
+            line += f"  | {'':>20}{small:>9.2f}{fused:>15.2f}{original:>9.2f}"  # under the header's columns
         print(line.replace("nan", "  -"))
     if no_perm and any(MODES[m][0] is not None for m in modes):
         print(f"perm -: the vector-only kernel does not serve this shape ({no_perm}); the launcher runs MIX")
@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     from . import _cli
 
     ap = argparse.ArgumentParser(prog="python -m npu_ops_transformer_ext.bench --npu-model", description=__doc__,
-                                 formatter_class=_cli.HelpFormatter)
+                                 formatter_class=_cli.HelpFormatter, allow_abbrev=False)  # whole names only
     ap.add_argument("--shape", default=",".join(map(str, SEED_SHAPE)), help="B,N,S,D of the BNSD x")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"],
                     help="dtype of x, the tables and the matrix")

@@ -21,6 +21,8 @@ Importing this module needs the compiled ``_twin`` extension (built by the norma
 
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Any
 
 import torch
@@ -99,14 +101,55 @@ def run(
 
     Raises:
         TwinError: the kernel broke a hardware rule (see the exception's ``rule`` and ``core``).
-        ValueError, TypeError: invalid inputs, with the same messages as the NPU launcher.
+        ValueError, TypeError: invalid inputs, with the same messages as the NPU launcher; an
+            unknown ``soc``; ``timing_params`` without ``timeline``, with an unknown name, or with
+            a value the model cannot use (rates, sizes and the clock > 0, ``l2_line`` a whole
+            number >= 1, latencies and fixed costs >= 0, all finite).
+
+    An empty x runs nothing: ``out`` is empty and ``report`` is ``{}`` (no trace is written).
     """
     if kernel is not None and kernel not in ("auto", "mix", "perm"):
         raise ValueError(f"kernel must be 'auto', 'mix' or 'perm' (or None for NPU_OPS_NPU_KERNEL), got {kernel!r}")
     if trace and not timeline:
         raise ValueError("trace= needs timeline=True")
+    if timing_params and not timeline:
+        raise ValueError("timing_params= needs timeline=True (they are the timing model's)")
+    if not isinstance(soc, str) or soc not in SOCS:
+        raise ValueError(f"soc must be one of {', '.join(SOCS)}, got {soc!r}")
+    if timing_params:
+        _check_timing_params(timing_params)
     return _run(x, y, sin, cos, soc=soc, max_block_dim=max_block_dim, kernel=kernel or "", timeline=timeline,
                 trace=trace, timing_params=timing_params)
+
+
+# Timing parameters that are rates, sizes or the clock (> 0); l2_line is a whole number of bytes
+# >= 1; every other one is a latency or fixed cost (>= 0).
+_POSITIVE_PARAMS = frozenset({
+    "clock_ghz", "hbm_gbps", "l2_gbps", "mte_core_bytes_per_cycle", "vec_bytes_per_cycle",
+    "gather_elems_per_cycle", "cube_macs_half", "cube_macs_float", "l0a_bytes_per_cycle",
+    "l0b_bytes_per_cycle", "fix_bytes_per_cycle",
+})
+
+
+def _check_timing_params(params: object) -> None:
+    """A ValueError or TypeError naming the first timing parameter that the model cannot use."""
+    if not isinstance(params, dict):
+        raise TypeError(f"timing_params must be a dict of parameter name -> number, got {type(params).__name__}")
+    known = timing_params()
+    for k, v in params.items():
+        if k not in known:
+            raise ValueError(f"unknown timing parameter {k!r}; known: {', '.join(sorted(known))}")
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"timing parameter {k} must be a number, got {type(v).__name__} {v!r}")
+        v = float(v)
+        if k == "l2_line":
+            ok, want = math.isfinite(v) and v >= 1 and v.is_integer(), "a whole number of bytes >= 1"
+        elif k in _POSITIVE_PARAMS:
+            ok, want = math.isfinite(v) and v > 0, "a finite number > 0"
+        else:
+            ok, want = math.isfinite(v) and v >= 0, "a finite number >= 0"
+        if not ok:
+            raise ValueError(f"timing parameter {k} must be {want}, got {v!r}")
 
 
 def timing_params() -> dict[str, float]:
