@@ -21,10 +21,9 @@ rounding to x's dtype). It prints the script's metric ``min(abs_err, rel_err).ma
 with a non-zero error (a NaN or an infinity where the golden has another value is an infinite
 error), and the largest absolute error. The exit status is 1 when v5 exceeds ``--threshold``
 (default: one ulp of x's dtype, ``torch.finfo(dtype).eps``) or ref differs from the golden in any
-case, and 2
-when an option is refused before any case runs (e.g. a head dim D that a --dims split does not
-fit: 1d needs an even D >= 2, 2d >= 4, 3d >= 6; --device npu without an NPU; a --threshold that
-is not a finite number >= 0; a --seed outside 0 .. 2**32 - 1).
+case, and 2 when an option is refused before any case runs (e.g. a head dim D that a --dims split
+does not fit: 1d needs an even D >= 2, 2d >= 4, 3d >= 6; --device npu without an NPU; a
+--threshold that is not a finite number >= 0; a --seed outside 0 .. 2**32 - 1).
 
 Two weaknesses of the original script are fixed: sin and cos are distinct tables (real RoPE angles
 at random positions, not one random tensor passed twice), and the comparison is signed (the
@@ -158,8 +157,8 @@ def run_case(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m npu_ops_transformer_ext.precision --help``. Returns the exit
-    status: 0 when v5 is within the threshold and ref equals the golden in every case, else 1 (an invalid option exits with
-    2 through ``argparse``'s ``error``)."""
+    status: 0 when v5 is within the threshold and ref equals the golden in every case, else 1 (an
+    invalid option exits with 2 through ``argparse``'s ``error``)."""
     p = argparse.ArgumentParser(
         prog="python -m npu_ops_transformer_ext.precision",
         allow_abbrev=False,  # options by their whole names only (as bench, whose hand-offs need it)

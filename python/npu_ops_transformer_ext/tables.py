@@ -456,23 +456,21 @@ def _finish(ang_rows, lead: tuple, r: int, head_dim: int, attn: float | Tensor, 
     rows = math.prod(lead)
     scale = isinstance(attn, Tensor) or attn != 1.0
     shape = (*lead, head_dim)
-    if rows <= _FINISH_ROWS and r == head_dim:  # one piece, no padding (a decode step's tables)
-        ang = ang_rows(0, rows)
+
+    def trig(lo: int, hi: int) -> tuple[Tensor, Tensor]:  # cos and sin of rows lo .. hi - 1, scaled
+        ang = ang_rows(lo, hi)
         c, s = torch.cos(ang), torch.sin(ang)
-        if scale:
-            c, s = c * attn, s * attn
+        return (c * attn, s * attn) if scale else (c, s)
+
+    if rows <= _FINISH_ROWS and r == head_dim:  # one piece, no padding (a decode step's tables)
+        c, s = trig(0, rows)
         return RopeTables(c.to(dtype).reshape(shape).to(device), s.to(dtype).reshape(shape).to(device),
                           mat.to(device))
     cos = torch.empty(rows, head_dim, dtype=dtype)
     sin = torch.empty(rows, head_dim, dtype=dtype)
     for lo in range(0, rows, _FINISH_ROWS):
         hi = min(rows, lo + _FINISH_ROWS)
-        ang = ang_rows(lo, hi)
-        c, s = torch.cos(ang), torch.sin(ang)
-        if scale:
-            c, s = c * attn, s * attn
-        cos[lo:hi, :r] = c
-        sin[lo:hi, :r] = s
+        cos[lo:hi, :r], sin[lo:hi, :r] = trig(lo, hi)
     cos[:, r:] = 1.0
     sin[:, r:] = -0.0  # keeps x's -0, see above
     return RopeTables(cos.reshape(shape).to(device), sin.reshape(shape).to(device), mat.to(device))

@@ -372,7 +372,7 @@ def _modules_of(model: torch.nn.Module) -> list[types.ModuleType]:
         if n.startswith("transformers.models.") and n not in names:
             names.append(n)
     mods = [sys.modules[n] for n in names]
-    return [m for m in mods if _rope_names(m) and _loads_global(m, _rope_names(m))]
+    return [m for m in mods if (defined := _rope_names(m)) and _loads_global(m, defined)]
 
 
 def _resolve(model_or_module, families, who: str) -> list[types.ModuleType]:
