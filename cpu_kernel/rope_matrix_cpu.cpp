@@ -8,7 +8,7 @@
 // compute type once (small enough to stay in L2; tables of x's own dtype are read as they are by
 // the rows that convert them in registers, see raw_tables), then runs over every broadcast position (every head and batch, of q and of
 // k) for those R table rows, as the NPU kernel reuses its UB copy of the tables across B*N. A batch
-// (RowBatch) is the block's R table rows for a few positions -- two or four heads in turn (BNSD), or all
+// (RowBatch) is the block's R table rows for a few positions -- two to four heads in turn (BNSD), or all
 // heads when they are adjacent rows of x (BSND) -- so each table row, loaded once into registers,
 // serves the rows of every position of the batch. Blocks (and, when there are few of them, slices of
 // the broadcast positions) are spread over threads with at::parallel_for.
@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu_kernel/batch_shape.h"
 #include "cpu_kernel/output_cache.h"
 #include "cpu_kernel/parallel_rule.h"
 #include "cpu_kernel/rotate_plan.h"
@@ -46,15 +47,17 @@ namespace {
 // in a block is long (R = 128 rows = 32 KiB of bf16 for D = 128) and streams well from DRAM.
 constexpr int64_t kTableBlockBytes = 128 * 1024;
 constexpr int64_t kMaxBlockRows = 256;
-// Block rows of a call of 16-bit x whose output is streamed (DRAM-sized): each head's run of x rows
-// in a block is then 256 KiB (D = 128) instead of 32. Measured on the 2-core AMD development
-// machine, 2 threads, x [1, 24, S, 128] BNSD, ratio to the memory limit with 128 / 1024 rows, both
-// and the limit timed round-robin in one process (two processes each): S = 32768 (192 MiB) bf16
-// half 1.114 / 1.109 and 1.121 / 1.107, fp16 interleave 1.124 / 1.098 and 1.085 / 1.074, bf16 x
-// with fp32 tables 1.174 / 1.133 and 1.175 / 1.134; S = 16384 fp16 interleave 1.083 / 1.075 and
-// 1.088 / 1.069. (Across processes, whose DRAM speed differs, 2048 rows looked better still at
-// 192 MiB but worse at 96 MiB; fp32 x gained nothing.)
-constexpr int64_t kStreamBlockRows16 = 1024;
+// Block rows of a call of 16-bit x whose output is streamed (DRAM-sized), and on some CPUs of fp32
+// x whose heads lie apart (BnsdShape::wide_streamed_long_blocks): each head's run of x rows in a
+// block is then 256 KiB (D = 128, bf16) instead of 32. Measured on the 2-core AMD Zen 5, 2 threads,
+// x [1, 24, S, 128] BNSD, ratio to the memory limit with 128 / 1024 rows, both and the limit timed
+// round-robin in one process (two processes each): S = 32768 (192 MiB) bf16 half 1.114 / 1.109 and
+// 1.121 / 1.107, fp16 interleave 1.124 / 1.098 and 1.085 / 1.074, bf16 x with fp32 tables 1.174 /
+// 1.133 and 1.175 / 1.134; S = 16384 fp16 interleave 1.083 / 1.075 and 1.088 / 1.069. (Across
+// processes, whose DRAM speed differs, 2048 rows looked better still at 192 MiB but worse at 96
+// MiB.) fp32 x gained nothing there, on Zen 4 it does (batch_shape.cpp); fp32 BSND, on Zen 4, one
+// thread, 128 / 512 / 1024 rows: S = 4096 1.24 / 1.25 / 1.27, 32768 1.28 / 1.28 / 1.34.
+constexpr int64_t kStreamBlockRows = 1024;
 // ... but no more than this many bytes of converted table rows (1024 rows of D = 128 in fp32): a
 // block of 1024 rows of a D = 8192 head would hold 64 MiB per thread.
 constexpr int64_t kStreamTableBytes = 1024 * 1024;
@@ -63,32 +66,10 @@ constexpr int64_t kStreamTableBytes = 1024 * 1024;
 // no change at 6 MiB and up, where the blocks are kTableBlockBytes anyway).
 constexpr int64_t kItemsPerThread = 2;
 // Broadcast positions (heads) whose rows one batch interleaves, row by row, when they are far apart
-// in x (BNSD): each table row, loaded once, serves that many x rows. Measured on the 2-core AMD
-// development machine (2 threads, x [1, 24, S, 128], two sweep runs each of 1, 2 and 4 heads): at
-// S = 32768, bf16 and fp16 were 1.11 and 1.18-1.19x the memory limit with two heads against
-// 1.19-1.23 and 1.25-1.26 with four, and fp32 1.10-1.12 with four against 1.15-1.16 with two; from
-// 1.5 to 24 MiB the sweeps showed no clear difference, but in cache, with the op's variants and the
-// limit timed round-robin in one process, two heads are the fastest for 16-bit x: bf16 half, 2
-// threads, S = 256 32.3 us against 38.9 / 37.6 / 37.0 / 35.6 / 33.6 with 1 / 3 / 4 / 6 / 24 heads,
-// S = 1024 102.8 against 132.0 / 116.5 / 119.0 / 117.4 / 108.3 (half mode in fp16 alike; in 3D, 24
-// heads came out from 7 % faster to 8 % slower than two, from cell to cell and run to run). Heads
-// that are adjacent rows of x (BSND) all go in one batch, up to kMaxHeadsPerBatch: x is then read
-// straight through. (Apart heads whose rows span a multiple of 4 KiB put row r of every head in the
-// same L1 sets: more heads a batch evict their own lines; a standalone bf16 half loop at x
-// [1, 24, 1024, 128], one thread: 24 heads 8.7 ns a row, 4 heads 6.8, 2 heads 6.3, 24 heads with
-// the head stride padded by 320 bytes 5.9.)
-constexpr int64_t kHeadsPerBatch = 4;
-constexpr int64_t kHeadsPerBatch16 = 2;
+// in x (BNSD): each table row, loaded once, serves that many x rows. How many depends on the CPU and
+// the call (bnsd_shape(), batch_shape.cpp). Heads that are adjacent rows of x (BSND) all go in one
+// batch, up to kMaxHeadsPerBatch: x is then read straight through.
 constexpr int64_t kMaxHeadsPerBatch = 64;
-// fp32 x whose output is streamed takes two heads a batch, not four, where a head's rows span up to
-// this many bytes. Measured on the same machine, 2 threads, BNSD, the op with four and with two
-// heads and the limit timed round-robin in one process (ratio to the limit): x [1, 24, S, 128] half
-// S = 4096 1.071 / 1.016, S = 8192 1.083-1.111 / 1.063 (3D 1.119 / 1.064), S = 16384 1.136 / 1.107
-// (interleave 1.085 / 1.073), and with 256-row blocks for the two heads [1, 48, 8192, 128] 1.108 /
-// 1.051, [1, 12, 16384, 128] 1.086 / 1.066; but S = 20480 1.033 / 1.063, [1, 12, 24576, 128]
-// 1.028 / 1.055, S = 32768 1.055 / 1.095 (and [1, 8, 32768, 128], 256-row blocks, 1.058 / 1.113).
-// Calls in cache keep four (S = 256 half 54 / 55 us, S = 1024 3D 284 / 291 us).
-constexpr int64_t kTwoHeadsMaxHeadBytes32 = 8 << 20;
 // Calls of 16-bit x up to this many bytes of x (all operands) do not prefetch x rows in software:
 // their x is usually in cache, where the prefetch instructions only cost issue slots. Measured on
 // the 2-core AMD development machine, x [1, 24, S, 128], 2 threads, half and 3D, three alternating
@@ -283,7 +264,7 @@ void grow(V& v, size_t n) {
 
 template <typename C>
 void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const Kernels& k,
-                bool stream, bool in_place) {
+                bool stream, bool in_place, bool apart) {
   const int64_t D = plan.D, Dp = plan.Dp;
   // Enough work items to keep every thread busy: kItemsPerThread each. Blocks first: each table
   // row is then converted once per call. A block has up to kTableBlockBytes of converted rows, but
@@ -299,9 +280,10 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
   const int64_t x_elem = ops.front().elem;
   const bool prefetch = !(x_elem == 2 && elems * x_elem <= kNoPrefetchBytes16);
   const int64_t want = parallel ? kItemsPerThread * static_cast<int64_t>(at::get_num_threads()) : 1;
+  const BnsdShape& shape = bnsd_shape();
   const int64_t r_cap =
-      stream && x_elem == 2
-          ? std::clamp<int64_t>(kStreamTableBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1, kStreamBlockRows16)
+      stream && (x_elem == 2 || (apart && shape.wide_streamed_long_blocks))
+          ? std::clamp<int64_t>(kStreamTableBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1, kStreamBlockRows)
           : std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1, kMaxBlockRows);
   const int64_t R = std::clamp<int64_t>((tab.ntr + want - 1) / want, 1, r_cap);
   const int64_t nblocks = (tab.ntr + R - 1) / R;
@@ -315,14 +297,15 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
   const uint32_t* sign_bits = plan.is_perm ? plan.sign_bits.data() : nullptr;
   // Broadcast positions per batch, per operand: where the heads of one table row are adjacent rows
   // of x and of the output (BSND), all of them (up to kMaxHeadsPerBatch), so x is read straight
-  // through; otherwise (BNSD) kHeadsPerBatch16 or kHeadsPerBatch (see kTwoHeadsMaxHeadBytes32).
+  // through; otherwise (BNSD) as many as the CPU's BnsdShape says.
   Dims heads_per_batch;
   int64_t max_heads = 1;
   for (const auto& o : ops) {
-    const bool adjacent = heads_adjacent(o, D);
-    const bool two = o.elem == 2 || (stream && tab.ntr * D * o.elem <= kTwoHeadsMaxHeadBytes32);
-    const int64_t apart = two ? kHeadsPerBatch16 : kHeadsPerBatch;
-    heads_per_batch.push_back(adjacent ? std::min(o.b_size[o.nb - 1], kMaxHeadsPerBatch) : apart);
+    const int64_t apart_heads = o.elem == 2 ? shape.heads_16
+                                : !stream   ? shape.heads_wide_cached
+                                : tab.ntr * D * o.elem <= kShortHeadBytes ? shape.heads_wide_streamed
+                                                                          : shape.heads_wide_streamed_long;
+    heads_per_batch.push_back(heads_adjacent(o, D) ? std::min(o.b_size[o.nb - 1], kMaxHeadsPerBatch) : apart_heads);
     max_heads = std::max(max_heads, heads_per_batch.back());
   }
 
@@ -473,7 +456,7 @@ constexpr int64_t kStreamBytes = 16 << 20;
 // 299 against 193 us, fp32 BSND half at 10 MiB 165 against 131.
 constexpr int64_t kStreamBytesOneThread = 10 << 20;
 // ... and from these sizes (two threads or more, one thread) when the heads of a batch lie apart in
-// x and in the output (BNSD): such a batch writes two or four output runs at once, and with
+// x and in the output (BNSD): such a batch writes several output runs at once, and with
 // ordinary stores each of their lines is read before it is written. Measured on the same machine,
 // x [1, 24, S, 128] BNSD, the op with ordinary and with non-temporal stores timed round-robin in a
 // shuffled order in one process, with the limit's temporal copy only (us, ordinary / non-temporal):
@@ -519,9 +502,9 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
   const bool stream = !in_place && out_bytes >= stream_from;
   const Kernels k = select_kernels(x0.scalar_type(), sin.scalar_type(), cos.scalar_type(), plan);
   if (x0.scalar_type() == at::kDouble) {
-    run_blocks<double>(plan, tab, ops, k, stream, in_place);
+    run_blocks<double>(plan, tab, ops, k, stream, in_place, apart);
   } else {
-    run_blocks<float>(plan, tab, ops, k, stream, in_place);
+    run_blocks<float>(plan, tab, ops, k, stream, in_place, apart);
   }
 }
 
