@@ -75,9 +75,9 @@ def test_fixed_splits_take_the_fixed_rows_bit_exact(isa, dtype, split):
     with cpu_isa(isa):
         for table_dtype in (dtype, torch.float32):
             y = signed(mode_matrix("half", split, dtype=dtype), g)
-            # BNSD with 5 heads (batches of two heads per table row, and one of one: table values
-            # read where used), BSND (every head of a position shares its table row), one head.
-            for shape in ((2, 5, 19), (1, 1, 23)):
+            # BNSD with 13 heads (whatever the CPU's batch shape, two, three or four heads a batch,
+            # the last batch has one head: table values read where used), one head.
+            for shape in ((1, 13, 19), (1, 1, 23)):
                 x, sin, cos = operands(shape, 128, dtype, table_dtype, g)
                 assert fixed(x, y, sin, cos)
                 assert_bit_exact(ops.rope_matrix(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos), str(shape))

@@ -68,7 +68,8 @@ def test_cached_outputs(monkeypatch, isa, dtype, mode, bsnd):
     d = sum(sections)
     g = torch.Generator().manual_seed(d + len(mode))
     y = mode_matrix(kind, sections, dtype=dtype)
-    # 7 heads: batches of 4 and 3 (BNSD); 37 table rows: blocks that do not divide evenly.
+    # 2 x 7 heads (BNSD: a short last batch with three or four heads a batch); 37 table rows: blocks
+    # that do not divide evenly.
     x, sin, cos = with_edge_values(*operands((2, 7, 37), d, dtype, g, bsnd), g)
     assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
     # In place takes the same rows with the output being the input.
@@ -124,8 +125,9 @@ def test_bnsd_outputs_stream_before_bsnd_ones(dtype, mode, threads):
 
 @pytest.mark.parametrize("mode", ["half128", "3d"])
 def test_streamed_float32_heads_longer_than_8_mib(mode):
-    """Streamed fp32 BNSD takes two heads a batch up to 8 MiB of rows per head, four beyond (5 heads:
-    batches of 4 and 1); the shorter heads of test_streamed_outputs take the two-head batches."""
+    """Streamed fp32 BNSD heads of more than 8 MiB of rows may take batches of another size than
+    shorter ones (on CPUs with the default batch shape four heads, not two; 5 heads: batches of 4 and
+    1); the shorter heads of test_streamed_outputs take the other."""
     kind, sections = MODES[mode]
     g = torch.Generator().manual_seed(14)
     y = mode_matrix(kind, sections)
@@ -140,8 +142,8 @@ def test_streamed_float32_heads_longer_than_8_mib(mode):
 @pytest.mark.parametrize("bsnd", [False, True])
 def test_streamed_outputs_with_float32_tables(dtype, mode, bsnd):
     """Streamed 16-bit outputs take blocks of up to 1024 table rows; with float32 tables these are
-    converted into the block's buffer (1 MiB). 3 heads (BNSD batches of 2 and 1) and a table row
-    count that leaves a short last block."""
+    converted into the block's buffer (1 MiB). 3 heads (BNSD: one batch, or batches of 2 and 1,
+    by CPU) and a table row count that leaves a short last block."""
     kind, sections = MODES[mode]
     g = torch.Generator().manual_seed(13)
     y = mode_matrix(kind, sections, dtype=dtype)
