@@ -312,3 +312,40 @@ def test_options_are_checked_for_an_empty_x_too(tmp_path):
         twin.run(empty, y, sin[..., :0, :], cos[..., :0, :], timeline=True, timing_params={"l2_line": 0})
     with pytest.raises(ValueError, match="timing_params= needs timeline=True"):
         twin.run(x, y, sin, cos, timing_params={"hbm_gbps": 1000})
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"max_block_dim": 2.5}, TypeError, "max_block_dim must be an int (0 = as many cores as the tiling wants), got float 2.5"),
+    ({"max_block_dim": True}, TypeError, "max_block_dim must be an int (0 = as many cores as the tiling wants), got bool True"),
+    ({"max_block_dim": -1}, ValueError, "max_block_dim must be from 0 (as many cores as the tiling wants) to 2**32 - 1, got -1"),
+    ({"max_block_dim": 2**32}, ValueError, "to 2**32 - 1, got 4294967296"),
+    ({"timeline": True, "trace": 5}, TypeError, "trace must be a file name (str or os.PathLike) or None, got int"),
+])
+def test_run_options_are_checked_before_the_run(monkeypatch, kwargs, error, message):
+    """Each was a pybind signature dump (max_block_dim) or an error after the simulation (trace)."""
+    monkeypatch.setattr(twin, "_run", lambda *a, **k: pytest.fail("the run started"))
+    with pytest.raises(error, match=re.escape(message)):
+        twin.run(*_inputs(16), **kwargs)
+    if "max_block_dim" in kwargs:
+        for fn in (twin.tiling, twin.perm_tiling):
+            with pytest.raises(error, match=re.escape(message)):
+                fn(1, 16, 4, 128, **kwargs)
+
+
+def test_an_unwritable_trace_is_refused_before_the_run(monkeypatch, tmp_path):
+    monkeypatch.setattr(twin, "_run", lambda *a, **k: pytest.fail("the run started"))
+    with pytest.raises(ValueError, match=re.escape(f"trace {tmp_path} is a directory; give a file name")):
+        twin.run(*_inputs(16), timeline=True, trace=str(tmp_path))
+    not_a_folder = tmp_path / "f"
+    not_a_folder.write_text("")
+    with pytest.raises(ValueError, match=re.escape(f"cannot create its folder {not_a_folder}")):
+        twin.run(*_inputs(16), timeline=True, trace=not_a_folder / "t.json")
+
+
+def test_run_takes_a_path_object_for_the_trace_and_a_numpy_block_dim(tmp_path):
+    import numpy as np
+    trace = tmp_path / "new" / "t.json"
+    args = _inputs(16)
+    out, report = twin.run(*args, timeline=True, trace=trace, max_block_dim=np.int64(2))
+    assert report["block_dim"] <= 2 and json.loads(trace.read_text())["traceEvents"]
+    assert torch.equal(out, twin.run(*args, max_block_dim=2)[0])

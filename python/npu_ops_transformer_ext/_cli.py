@@ -90,53 +90,62 @@ def image_formats() -> list[str]:
 
 
 def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image: bool = False) -> None:
-    """``ap.error`` naming ``option`` unless ``path`` can be written, checked before a run: it is
-    a file name (not an existing directory, not ending in a path separator), its folder exists or
-    can be created (the nearest existing ancestor is a writable directory, and the folder is
+    """``ap.error`` naming ``option`` unless ``path`` can be written (output_path_problem), checked
+    before a run."""
+    problem = output_path_problem(path, image)
+    if problem:
+        ap.error(f"{option}{problem}")
+
+
+def output_path_problem(path: str, image: bool = False) -> str:
+    """Why ``path`` cannot be written, as text that follows the option's name (``""`` when it can):
+    it is a file name (not an existing directory, not ending in a path separator), its folder exists
+    or can be created (the nearest existing ancestor is a writable directory, and the folder is
     created here, before the run), and the file can be created there (opened for appending, and
     removed again when it did not exist before). ``image``: it must also end in an extension that
     names a format of ``image_formats`` (the format ``savefig`` writes; a name without one would be
     written as ``name.png``)."""
     if not path:
-        ap.error(f"{option}: give a file name")
+        return ": give a file name"
     if path.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
-        ap.error(f"{option} {path} ends with a path separator; give a file name")
+        return f" {path} ends with a path separator; give a file name"
     if os.path.isdir(path):
-        ap.error(f"{option} {path} is a directory; give a file name")
+        return f" {path} is a directory; give a file name"
     if image:
         ext = os.path.splitext(path)[1][1:].lower()
         formats = image_formats()
         if not ext:
-            ap.error(f"{option} {path} has no extension to name its image format; end the name with one of "
-                     f".{', .'.join(formats)}")
+            return (f" {path} has no extension to name its image format; end the name with one of "
+                    f".{', .'.join(formats)}")
         if ext not in formats:
             why = "needs LaTeX" if ext in NEEDS_PROGRAM else "is not an image format matplotlib writes"
-            ap.error(f"{option} {path}: {ext!r} {why}; end the name with one of .{', .'.join(formats)}")
+            return f" {path}: {ext!r} {why}; end the name with one of .{', .'.join(formats)}"
     folder = os.path.dirname(os.path.abspath(path))
     existing = folder
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        ap.error(f"{option} {path}: cannot create its folder {folder}: {existing} is not a directory")
+        return f" {path}: cannot create its folder {folder}: {existing} is not a directory"
     if not os.access(existing, os.W_OK | os.X_OK):
         verb = "write into" if existing == folder else "create its folder in"
-        ap.error(f"{option} {path}: cannot {verb} {existing} (no write permission)")
+        return f" {path}: cannot {verb} {existing} (no write permission)"
     try:  # what the permission bits do not tell (read-only or virtual file systems, ...)
         os.makedirs(folder, exist_ok=True)
     except OSError as e:
-        ap.error(f"{option} {path}: cannot create its folder {folder}: {e.strerror or e}")
+        return f" {path}: cannot create its folder {folder}: {e.strerror or e}"
     target = os.path.realpath(path)  # what open() creates: a dangling symlink's target
     existed = os.path.exists(target)
     try:  # nor whether this folder takes the file (/proc, root's files on a read-only mount, ...)
         with open(path, "a"):
             pass
     except OSError as e:
-        ap.error(f"{option} {path}: cannot write it: {e.strerror or e}")
+        return f" {path}: cannot write it: {e.strerror or e}"
     if not existed:
         try:
             os.remove(target)
         except OSError:
             pass
+    return ""
 
 
 def read_csv_rows(path: str) -> list[dict]:

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from typing import Any
 
 import torch
 
-from . import _twin
+from . import _cli, _twin
 
 __all__ = ["SOCS", "TwinError", "perm_tiling", "run", "tiling", "timing_params"]
 
@@ -65,7 +66,7 @@ def run(
     max_block_dim: int = 0,
     kernel: str | None = None,
     timeline: bool = False,
-    trace: str | None = None,
+    trace: str | os.PathLike[str] | None = None,
     timing_params: dict[str, float] | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """Runs ``rope_matrix(x, y, sin, cos)`` on the CPU twin of the NPU kernel.
@@ -102,7 +103,9 @@ def run(
     Raises:
         TwinError: the kernel broke a hardware rule (see the exception's ``rule`` and ``core``).
         ValueError, TypeError: invalid inputs, with the same messages as the NPU launcher; an
-            unknown ``soc``; ``timing_params`` without ``timeline``, with an unknown name, or with
+            unknown ``soc``; ``max_block_dim`` not a whole number from 0 to 2**32 - 1; ``trace``
+            without ``timeline``, or a path that cannot be written (checked before the run; its
+            folder is created); ``timing_params`` without ``timeline``, with an unknown name, or with
             a value the model cannot use (rates, sizes and the clock > 0, ``l2_line`` a whole
             number >= 1, latencies and fixed costs >= 0, all finite).
 
@@ -110,16 +113,37 @@ def run(
     """
     if kernel is not None and kernel not in ("auto", "mix", "perm"):
         raise ValueError(f"kernel must be 'auto', 'mix' or 'perm' (or None for NPU_OPS_NPU_KERNEL), got {kernel!r}")
+    if trace is not None and not isinstance(trace, (str, os.PathLike)):
+        raise TypeError(f"trace must be a file name (str or os.PathLike) or None, got {type(trace).__name__}")
+    trace = os.fspath(trace) if trace is not None else None
+    if not isinstance(trace, (str, type(None))):
+        raise TypeError(f"trace must name a file as str, got {type(trace).__name__}")
     if trace and not timeline:
         raise ValueError("trace= needs timeline=True")
     if timing_params and not timeline:
         raise ValueError("timing_params= needs timeline=True (they are the timing model's)")
     if not isinstance(soc, str) or soc not in SOCS:
         raise ValueError(f"soc must be one of {', '.join(SOCS)}, got {soc!r}")
+    _check_block_dim(max_block_dim)
     if timing_params:
         _check_timing_params(timing_params)
-    return _run(x, y, sin, cos, soc=soc, max_block_dim=max_block_dim, kernel=kernel or "", timeline=timeline,
+    if trace:
+        problem = _cli.output_path_problem(trace)
+        if problem:
+            raise ValueError(f"trace{problem}")
+    return _run(x, y, sin, cos, soc=soc, max_block_dim=int(max_block_dim), kernel=kernel or "", timeline=timeline,
                 trace=trace, timing_params=timing_params)
+
+
+def _check_block_dim(max_block_dim: object) -> None:
+    """A TypeError or ValueError unless max_block_dim is a whole number the launcher takes (a
+    uint32_t: 0 to 2**32 - 1)."""
+    if isinstance(max_block_dim, bool) or not isinstance(max_block_dim, numbers.Integral):
+        raise TypeError(f"max_block_dim must be an int (0 = as many cores as the tiling wants), "
+                        f"got {type(max_block_dim).__name__} {max_block_dim!r}")
+    if not 0 <= int(max_block_dim) < 2**32:
+        raise ValueError(f"max_block_dim must be from 0 (as many cores as the tiling wants) to 2**32 - 1, "
+                         f"got {max_block_dim}")
 
 
 # Timing parameters that are rates, sizes or the clock (> 0); l2_line is a whole number of bytes
@@ -172,7 +196,8 @@ def tiling(
     """The host tiling for x viewed as ``[outer, S, inner, D]`` (a dict of every field, plus the
     platform's core counts, the workspace size and the matmul tiling under ``"cube"``).
     Raises ValueError with the numbers when no tiling can serve the shape."""
-    return _twin.tiling(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim, _twin.SLOT_BYTES)
+    _check_block_dim(max_block_dim)
+    return _twin.tiling(outer, s, inner, d, x_dtype, table_dtype, soc, int(max_block_dim), _twin.SLOT_BYTES)
 
 
 def perm_tiling(
@@ -189,7 +214,8 @@ def perm_tiling(
     """The host tiling of the vector-only (signed permutation) kernel for x viewed as
     ``[outer, S, inner, D]``. Raises ValueError with the numbers when it cannot serve the shape
     (the launcher then runs the MIX kernel)."""
-    return _twin.perm_tiling(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim)
+    _check_block_dim(max_block_dim)
+    return _twin.perm_tiling(outer, s, inner, d, x_dtype, table_dtype, soc, int(max_block_dim))
 
 
 def _materialized(t):
