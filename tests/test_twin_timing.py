@@ -349,3 +349,13 @@ def test_run_takes_a_path_object_for_the_trace_and_a_numpy_block_dim(tmp_path):
     out, report = twin.run(*args, timeline=True, trace=trace, max_block_dim=np.int64(2))
     assert report["block_dim"] <= 2 and json.loads(trace.read_text())["traceEvents"]
     assert torch.equal(out, twin.run(*args, max_block_dim=2)[0])
+
+
+def test_npu_model_prints_small_predictions_to_four_significant_digits(capsys):
+    # A few-microsecond prediction printed as 0.005 ms told half-1d and dense apart by nothing.
+    rows = npu_model.main(["--shape", "1,1,2,128", "--modes", "half-1d,dense"])
+    lines = capsys.readouterr().out.splitlines()
+    for r in rows:
+        line = next(v for v in lines if v.startswith(r["mode"])).split()
+        shown = float(line[1 if r["kernel"] == "perm" else 2])
+        assert r["predicted_ms"] < 0.1 and shown == pytest.approx(r["predicted_ms"], rel=1e-3)

@@ -93,6 +93,12 @@ def predict(
     return report["timeline"]
 
 
+def _ms(v: float) -> str:
+    """A predicted time in ms with 4 significant digits (a small shape's microseconds keep theirs),
+    whole ms from 1000."""
+    return f"{v:.0f}" if v >= 1000 else f"{v:#.4g}"
+
+
 def calibration(soc: str = "Ascend910B3", timing_params: dict[str, float] | None = None,
                 predicted_ms: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """The model against the seed's two anchors at the seed shape: rows of name, predicted and
@@ -146,7 +152,7 @@ def run(shape: Sequence[int], modes: Sequence[str], dtype: torch.dtype = torch.b
     print(head)
     for mode in modes:
         got = {r["kernel"]: r["predicted_ms"] for r in rows if r["mode"] == mode}
-        line = f"{mode:<15}{got.get('perm', float('nan')):>9.3f}{got['mix']:>9.3f}"
+        line = f"{mode:<15}{_ms(got.get('perm', float('nan'))):>9}{_ms(got['mix']):>9}"
         if seed and mode in SEED_MEASURED_MS:
             small, fused, original = SEED_MEASURED_MS[mode]
             line += f"  | {'':>20}{small:>9.2f}{fused:>15.2f}{original:>9.2f}"  # under the header's columns
