@@ -15,7 +15,7 @@
 // Mid-sized outputs need the cache too: the C library's malloc gives memory back to the OS when
 // enough of it is free at the top of its heap (and maps large chunks afresh each time), so a call
 // whose outputs are a few MiB may fault in all their pages again on every call, depending on what
-// the process allocated before. Measured on the 2-core development machine (x [1, 24, S, 128],
+// the process allocated before. Measured on the 2-core Zen 5 development machine (x [1, 24, S, 128],
 // 2 threads, a sweep's sequence of calls): rope_matrix_qk's limit with two 3 MiB outputs took
 // 1.15 ms a call instead of 0.062 (about 770 page faults a call), and rope_matrix_qk itself
 // 0.19-0.22 ms instead of 0.125; in a fresh process rope_matrix_qk with outputs of 1-3 MiB each
@@ -49,7 +49,7 @@ void check_output_cache_env();
 // (counting only blocks that each fit the cap, which alone are ever kept; never when the cap is 0):
 // a call whose outputs together exceed the cap (rope_matrix_qk's q and k outputs) then reuses every
 // one of them, instead of mapping some afresh each time. The cache so holds at most twice the
-// cap. Measured on the 2-core development machine, fp32 q and k [1, 24, 32768, 128] (two 384 MiB
+// cap. Measured on the 2-core Zen 5 development machine, fp32 q and k [1, 24, 32768, 128] (two 384 MiB
 // outputs), 2 threads: 42.5 ms a call under the default 512 MiB cap without this floor (1.50x the
 // limit), 28.8-29.9 ms with it (1.04-1.06x).
 void note_call_outputs(c10::ArrayRef<size_t> bytes);

@@ -72,7 +72,7 @@ constexpr int64_t kItemsPerThread = 2;
 constexpr int64_t kMaxHeadsPerBatch = 64;
 // Calls of 16-bit x up to this many bytes of x (all operands) do not prefetch x rows in software:
 // their x is usually in cache, where the prefetch instructions only cost issue slots. Measured on
-// the 2-core AMD development machine, x [1, 24, S, 128], 2 threads, half and 3D, three alternating
+// the 2-core AMD Zen 5 development machine, x [1, 24, S, 128], 2 threads, half and 3D, three alternating
 // runs each: bf16 and fp16 were 5-12 % faster without prefetching from S = 256 to 1024 (1.5 to
 // 6 MiB; BNSD bf16 at 3 and 6 MiB alike either way), equal or slower from S = 2048 (12 MiB; BNSD
 // 1.15x slower there, 1.3-1.5x at 48 MiB); fp32 x (512-byte rows) was 2-6 % faster with prefetching
@@ -448,7 +448,7 @@ at::Tensor rows_contiguous(const at::Tensor& t) {
 // Outputs at least this large are written with non-temporal stores (they cannot stay in cache
 // anyway, and streaming them skips reading each output line from memory before writing it).
 constexpr int64_t kStreamBytes = 16 << 20;
-// ... and from this size when the call runs on one thread. Measured on the 2-core AMD development
+// ... and from this size when the call runs on one thread. Measured on the 2-core AMD Zen 5 development
 // machine (32 MiB L3), x [1, 24, S, 128], calls back to back, three-way alternation with the limit:
 // one thread, non-temporal against ordinary stores, fp32 BSND half 8.2 MiB 207 / 184 us, 10 MiB
 // 253 / 250, 12 MiB 310 / 388; bf16 BNSD 3D 8.2 MiB 305 / 350, 10 MiB 364 / 451; bf16 BSND half
