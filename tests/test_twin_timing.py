@@ -1,6 +1,7 @@
 """The twin's timing model: the scheduler on hand-made records with known answers, the recording of
 real kernel launches (bytes, trace JSON) and the calibration against the seed's measured figures."""
 import json
+import os
 import re
 
 import pytest
@@ -320,6 +321,8 @@ def test_options_are_checked_for_an_empty_x_too(tmp_path):
     ({"max_block_dim": -1}, ValueError, "max_block_dim must be from 0 (as many cores as the tiling wants) to 2**32 - 1, got -1"),
     ({"max_block_dim": 2**32}, ValueError, "to 2**32 - 1, got 4294967296"),
     ({"timeline": True, "trace": 5}, TypeError, "trace must be a file name (str or os.PathLike) or None, got int"),
+    ({"timeline": True, "trace": ""}, ValueError, "trace: give a file name (or None for no trace)"),  # was no trace
+    ({"timeline": True, "trace": "t\0.json"}, ValueError, "trace 't\\x00.json': a file name cannot hold a NUL"),
 ])
 def test_run_options_are_checked_before_the_run(monkeypatch, kwargs, error, message):
     """Each was a pybind signature dump (max_block_dim) or an error after the simulation (trace)."""
@@ -349,6 +352,11 @@ def test_run_takes_a_path_object_for_the_trace_and_a_numpy_block_dim(tmp_path):
     out, report = twin.run(*args, timeline=True, trace=trace, max_block_dim=np.int64(2))
     assert report["block_dim"] <= 2 and json.loads(trace.read_text())["traceEvents"]
     assert torch.equal(out, twin.run(*args, max_block_dim=2)[0])
+    # a file name that is not UTF-8 (as os.fsdecode gives it) is written as it is (was pybind's
+    # signature dump)
+    odd = tmp_path / os.fsdecode(b"t-\xff.json")
+    twin.run(*args, timeline=True, trace=odd)
+    assert json.loads(odd.read_text())["traceEvents"]
 
 
 def test_npu_model_prints_small_predictions_to_four_significant_digits(capsys):

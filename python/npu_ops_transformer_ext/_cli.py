@@ -107,6 +107,8 @@ def output_path_problem(path: str, image: bool = False) -> str:
     written as ``name.png``)."""
     if not path:
         return ": give a file name"
+    if "\0" in path:
+        return f" {path!r}: a file name cannot hold a NUL character"
     if path.endswith(tuple(sep for sep in (os.sep, os.altsep) if sep)):
         return f" {path} ends with a path separator; give a file name"
     if os.path.isdir(path):

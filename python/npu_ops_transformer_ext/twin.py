@@ -118,6 +118,8 @@ def run(
     trace = os.fspath(trace) if trace is not None else None
     if not isinstance(trace, (str, type(None))):
         raise TypeError(f"trace must name a file as str, got {type(trace).__name__}")
+    if trace == "":
+        raise ValueError("trace: give a file name (or None for no trace)")
     if trace and not timeline:
         raise ValueError("trace= needs timeline=True")
     if timing_params and not timeline:
@@ -237,7 +239,7 @@ def _run(
     x, y, sin, cos = (_materialized(t) for t in (x, y, sin, cos))
     r = _twin.run(
         x, y, sin, cos, soc, max_block_dim, variant, tiling_patch or {}, op_limit,
-        slot_bytes or _twin.SLOT_BYTES, kernel, timeline, trace or "", timing_params or {},
+        slot_bytes or _twin.SLOT_BYTES, kernel, timeline, os.fsencode(trace) if trace else b"", timing_params or {},
     )
     if "error" in r:
         e = r["error"]
