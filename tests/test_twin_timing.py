@@ -318,8 +318,8 @@ def test_options_are_checked_for_an_empty_x_too(tmp_path):
 @pytest.mark.parametrize(("kwargs", "error", "message"), [
     ({"max_block_dim": 2.5}, TypeError, "max_block_dim must be an int (0 = as many cores as the tiling wants), got float 2.5"),
     ({"max_block_dim": True}, TypeError, "max_block_dim must be an int (0 = as many cores as the tiling wants), got bool True"),
-    ({"max_block_dim": -1}, ValueError, "max_block_dim must be from 0 (as many cores as the tiling wants) to 2**32 - 1, got -1"),
-    ({"max_block_dim": 2**32}, ValueError, "to 2**32 - 1, got 4294967296"),
+    ({"max_block_dim": -1}, ValueError, "max_block_dim must be from 0 to 2**32 - 1 (0 = as many cores as the tiling wants), got -1"),
+    ({"max_block_dim": 2**32}, ValueError, "tiling wants), got 4294967296"),
     ({"timeline": True, "trace": 5}, TypeError, "trace must be a file name (str or os.PathLike) or None, got int"),
     ({"timeline": True, "trace": ""}, ValueError, "trace: give a file name (or None for no trace)"),  # was no trace
     ({"timeline": True, "trace": "t\0.json"}, ValueError, "trace 't\\x00.json': a file name cannot hold a NUL"),
@@ -367,3 +367,20 @@ def test_npu_model_prints_small_predictions_to_four_significant_digits(capsys):
         line = next(v for v in lines if v.startswith(r["mode"])).split()
         shown = float(line[1 if r["kernel"] == "perm" else 2])
         assert r["predicted_ms"] < 0.1 and shown == pytest.approx(r["predicted_ms"], rel=1e-3)
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"outer": -1}, ValueError, "outer must be from 0 to 2**64 - 1, got -1"),
+    ({"s": 1.5}, TypeError, "s must be an int, got float 1.5"),
+    ({"d": True}, TypeError, "d must be an int, got bool True"),  # was taken as D = 1
+    ({"soc": 910}, TypeError, "soc must be a str, got int 910"),
+    ({"x_dtype": torch.bfloat16}, TypeError, "x_dtype must be a str, got dtype torch.bfloat16"),
+])
+@pytest.mark.parametrize("fn", ["tiling", "perm_tiling"])
+def test_tiling_arguments_are_checked_by_name(fn, kwargs, error, message):
+    args = {"outer": 1, "s": 16, "inner": 4, "d": 128}
+    args.update({k: v for k, v in kwargs.items() if k in args})
+    options = {k: v for k, v in kwargs.items() if k not in args}
+    with pytest.raises(error, match=re.escape(message)):
+        getattr(twin, fn)(*args.values(), **options)
+    assert getattr(twin, fn)(1, 16, 4, 128)["aivNum"] > 0

@@ -140,12 +140,26 @@ def run(
 def _check_block_dim(max_block_dim: object) -> None:
     """A TypeError or ValueError unless max_block_dim is a whole number the launcher takes (a
     uint32_t: 0 to 2**32 - 1)."""
-    if isinstance(max_block_dim, bool) or not isinstance(max_block_dim, numbers.Integral):
-        raise TypeError(f"max_block_dim must be an int (0 = as many cores as the tiling wants), "
-                        f"got {type(max_block_dim).__name__} {max_block_dim!r}")
-    if not 0 <= int(max_block_dim) < 2**32:
-        raise ValueError(f"max_block_dim must be from 0 (as many cores as the tiling wants) to 2**32 - 1, "
-                         f"got {max_block_dim}")
+    _check_whole("max_block_dim", max_block_dim, 32, " (0 = as many cores as the tiling wants)")
+
+
+def _check_whole(name: str, value: object, bits: int, meaning: str = "") -> None:
+    """A TypeError naming ``name`` unless value is an int (not a bool), a ValueError unless it is
+    from 0 to 2**bits - 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int{meaning}, got {type(value).__name__} {value!r}")
+    if not 0 <= int(value) < 2**bits:
+        raise ValueError(f"{name} must be from 0 to 2**{bits} - 1{meaning}, got {value}")
+
+
+def _check_tiling_args(dims: dict[str, object], strings: dict[str, object], max_block_dim: object) -> None:
+    """tiling's and perm_tiling's arguments, checked before the extension converts them."""
+    for name, v in dims.items():
+        _check_whole(name, v, 64)
+    for name, v in strings.items():
+        if not isinstance(v, str):
+            raise TypeError(f"{name} must be a str, got {type(v).__name__} {v!r}")
+    _check_block_dim(max_block_dim)
 
 
 # Timing parameters that are rates, sizes or the clock (> 0); l2_line is a whole number of bytes
@@ -197,9 +211,12 @@ def tiling(
 ) -> dict[str, Any]:
     """The host tiling for x viewed as ``[outer, S, inner, D]`` (a dict of every field, plus the
     platform's core counts, the workspace size and the matmul tiling under ``"cube"``).
-    Raises ValueError with the numbers when no tiling can serve the shape."""
-    _check_block_dim(max_block_dim)
-    return _twin.tiling(outer, s, inner, d, x_dtype, table_dtype, soc, int(max_block_dim), _twin.SLOT_BYTES)
+    Raises ValueError with the numbers when no tiling can serve the shape, TypeError or ValueError
+    for an argument of the wrong type or out of range."""
+    _check_tiling_args({"outer": outer, "s": s, "inner": inner, "d": d},
+                       {"x_dtype": x_dtype, "table_dtype": table_dtype, "soc": soc}, max_block_dim)
+    return _twin.tiling(int(outer), int(s), int(inner), int(d), x_dtype, table_dtype, soc, int(max_block_dim),
+                        _twin.SLOT_BYTES)
 
 
 def perm_tiling(
@@ -215,9 +232,11 @@ def perm_tiling(
 ) -> dict[str, Any]:
     """The host tiling of the vector-only (signed permutation) kernel for x viewed as
     ``[outer, S, inner, D]``. Raises ValueError with the numbers when it cannot serve the shape
-    (the launcher then runs the MIX kernel)."""
-    _check_block_dim(max_block_dim)
-    return _twin.perm_tiling(outer, s, inner, d, x_dtype, table_dtype, soc, int(max_block_dim))
+    (the launcher then runs the MIX kernel), TypeError or ValueError for an argument of the wrong type
+    or out of range."""
+    _check_tiling_args({"outer": outer, "s": s, "inner": inner, "d": d},
+                       {"x_dtype": x_dtype, "table_dtype": table_dtype, "soc": soc}, max_block_dim)
+    return _twin.perm_tiling(int(outer), int(s), int(inner), int(d), x_dtype, table_dtype, soc, int(max_block_dim))
 
 
 def _materialized(t):
