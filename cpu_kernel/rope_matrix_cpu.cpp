@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu_kernel/batch_shape.h"
+#include "cpu_kernel/cpu_tuning.h"
 #include "cpu_kernel/output_cache.h"
 #include "cpu_kernel/parallel_rule.h"
 #include "cpu_kernel/rotate_plan.h"
@@ -48,14 +48,14 @@ namespace {
 constexpr int64_t kTableBlockBytes = 128 * 1024;
 constexpr int64_t kMaxBlockRows = 256;
 // Block rows of a call of 16-bit x whose output is streamed (DRAM-sized), and on some CPUs of fp32
-// x whose heads lie apart (BnsdShape::wide_streamed_long_blocks): each head's run of x rows in a
+// x whose heads lie apart (CpuTuning::wide_streamed_long_blocks): each head's run of x rows in a
 // block is then 256 KiB (D = 128, bf16) instead of 32. Measured on the 2-core AMD Zen 5, 2 threads,
 // x [1, 24, S, 128] BNSD, ratio to the memory limit with 128 / 1024 rows, both and the limit timed
 // round-robin in one process (two processes each): S = 32768 (192 MiB) bf16 half 1.114 / 1.109 and
 // 1.121 / 1.107, fp16 interleave 1.124 / 1.098 and 1.085 / 1.074, bf16 x with fp32 tables 1.174 /
 // 1.133 and 1.175 / 1.134; S = 16384 fp16 interleave 1.083 / 1.075 and 1.088 / 1.069. (Across
 // processes, whose DRAM speed differs, 2048 rows looked better still at 192 MiB but worse at 96
-// MiB.) fp32 x gained nothing there, on Zen 4 it does (batch_shape.cpp); fp32 BSND, on Zen 4, one
+// MiB.) fp32 x gained nothing there, on Zen 4 it does (cpu_tuning.cpp); fp32 BSND, on Zen 4, one
 // thread, 128 / 512 / 1024 rows: S = 4096 1.24 / 1.25 / 1.27, 32768 1.28 / 1.28 / 1.34.
 constexpr int64_t kStreamBlockRows = 1024;
 // ... but no more than this many bytes of converted table rows (1024 rows of D = 128 in fp32): a
@@ -67,7 +67,7 @@ constexpr int64_t kStreamTableBytes = 1024 * 1024;
 constexpr int64_t kItemsPerThread = 2;
 // Broadcast positions (heads) whose rows one batch interleaves, row by row, when they are far apart
 // in x (BNSD): each table row, loaded once, serves that many x rows. How many depends on the CPU and
-// the call (bnsd_shape(), batch_shape.cpp). Heads that are adjacent rows of x (BSND) all go in one
+// the call (cpu_tuning(), cpu_tuning.cpp). Heads that are adjacent rows of x (BSND) all go in one
 // batch, up to kMaxHeadsPerBatch: x is then read straight through.
 constexpr int64_t kMaxHeadsPerBatch = 64;
 // Calls of 16-bit x up to this many bytes of x (all operands) do not prefetch x rows in software:
@@ -280,7 +280,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
   const int64_t x_elem = ops.front().elem;
   const bool prefetch = !(x_elem == 2 && elems * x_elem <= kNoPrefetchBytes16);
   const int64_t want = parallel ? kItemsPerThread * static_cast<int64_t>(at::get_num_threads()) : 1;
-  const BnsdShape& shape = bnsd_shape();
+  const CpuTuning& shape = cpu_tuning();
   const int64_t r_cap =
       stream && (x_elem == 2 || (apart && shape.wide_streamed_long_blocks))
           ? std::clamp<int64_t>(kStreamTableBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1, kStreamBlockRows)
@@ -297,7 +297,7 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
   const uint32_t* sign_bits = plan.is_perm ? plan.sign_bits.data() : nullptr;
   // Broadcast positions per batch, per operand: where the heads of one table row are adjacent rows
   // of x and of the output (BSND), all of them (up to kMaxHeadsPerBatch), so x is read straight
-  // through; otherwise (BNSD) as many as the CPU's BnsdShape says.
+  // through; otherwise (BNSD) as many as the CPU's CpuTuning says.
   Dims heads_per_batch;
   int64_t max_heads = 1;
   for (const auto& o : ops) {
@@ -445,21 +445,15 @@ at::Tensor rows_contiguous(const at::Tensor& t) {
   return (t.size(-1) <= 1 || t.stride(-1) == 1) ? t : t.contiguous();
 }
 
-// Outputs at least this large are written with non-temporal stores (they cannot stay in cache
-// anyway, and streaming them skips reading each output line from memory before writing it).
-constexpr int64_t kStreamBytes = 16 << 20;
-// ... and from this size when the call runs on one thread. Measured on the 2-core AMD Zen 5 development
-// machine (32 MiB L3), x [1, 24, S, 128], calls back to back, three-way alternation with the limit:
-// one thread, non-temporal against ordinary stores, fp32 BSND half 8.2 MiB 207 / 184 us, 10 MiB
-// 253 / 250, 12 MiB 310 / 388; bf16 BNSD 3D 8.2 MiB 305 / 350, 10 MiB 364 / 451; bf16 BSND half
-// 12 MiB 313 / 351. Two threads keep ordinary stores below kStreamBytes: bf16 BSND half at 12 MiB
-// 299 against 193 us, fp32 BSND half at 10 MiB 165 against 131.
-constexpr int64_t kStreamBytesOneThread = 10 << 20;
-// ... and from these sizes (two threads or more, one thread) when the heads of a batch lie apart in
-// x and in the output (BNSD): such a batch writes several output runs at once, and with
-// ordinary stores each of their lines is read before it is written. Measured on the same machine,
-// x [1, 24, S, 128] BNSD, the op with ordinary and with non-temporal stores timed round-robin in a
-// shuffled order in one process, with the limit's temporal copy only (us, ordinary / non-temporal):
+// Large outputs are written with non-temporal stores (they cannot stay in cache anyway, and
+// streaming them skips reading each output line from memory before writing it): where the heads of
+// a call are adjacent rows (BSND), from a size tuned per CPU (CpuTuning::stream_bytes_adjacent,
+// cpu_tuning.cpp); where they lie apart in x and in the output (BNSD), from these sizes (two threads
+// or more, one thread): such a batch writes several output runs at once, and with ordinary stores
+// each of their lines is read before it is written. Measured on the 2-core AMD Zen 5 development
+// machine, x [1, 24, S, 128] BNSD, the op with ordinary and with non-temporal stores timed
+// round-robin in a shuffled order in one process, with the limit's temporal copy only (us, ordinary
+// / non-temporal):
 // 2 threads, bf16 half 9 MiB 198 / 227, 10.5 MiB 283 / 269, 12 MiB 330 / 312; bf16 3D 7.5 MiB
 // 201 / 190, 10.5 MiB 333 / 269; fp32 half 9 MiB 179 / 233, fp32 3D 10.5 MiB 279 / 275; 1 thread,
 // bf16 half 6 MiB 270 / 171. With the limit's non-temporal copy in the rotation too (as in the
@@ -467,7 +461,7 @@ constexpr int64_t kStreamBytesOneThread = 10 << 20;
 // threads bf16 half 9 MiB 248 / 233, 15 MiB 484 / 430, 3D 8.25 MiB 292 / 209, fp32 half 9 MiB
 // 259 / 234; 1 thread bf16 half 7.5 MiB 376 / 218, fp32 3D 9 MiB 452 / 246. (BSND, 2 threads, in
 // that rotation: bf16 half 9 MiB 194 / 228, 12 MiB 263 / 309, 15 MiB 436 / 425: ordinary stores
-// stay ahead below kStreamBytes there.)
+// stay ahead below 16 MiB there, cpu_tuning.cpp.)
 constexpr int64_t kStreamBytesApart = 12 << 20;
 constexpr int64_t kStreamBytesApartOneThread = 8 << 20;
 
@@ -497,8 +491,9 @@ void run(const std::vector<std::pair<at::Tensor, at::Tensor>>& xs, const at::Ten
   const bool one_thread = at::get_num_threads() == 1 || at::in_parallel_region();
   bool apart = false;
   for (const Operand& o : ops) apart = apart || (o.nb > 0 && !heads_adjacent(o, x0.size(-1)));
+  const CpuTuning& tuning = cpu_tuning();
   const int64_t stream_from = apart ? (one_thread ? kStreamBytesApartOneThread : kStreamBytesApart)
-                                     : (one_thread ? kStreamBytesOneThread : kStreamBytes);
+                                    : (one_thread ? tuning.stream_bytes_adjacent_one_thread : tuning.stream_bytes_adjacent);
   const bool stream = !in_place && out_bytes >= stream_from;
   const Kernels k = select_kernels(x0.scalar_type(), sin.scalar_type(), cos.scalar_type(), plan);
   if (x0.scalar_type() == at::kDouble) {
