@@ -19,6 +19,9 @@ TORCH_LIBRARY(npu_ops_transformer_ext, m) {
   // Diagnostic (CPU): which row kernel rope_matrix takes for these inputs, e.g.
   // "avx512_bf16/pairs/OOOO" (cpu_kernel/rope_matrix_cpu.cpp). Not part of the operator contract.
   m.def("_cpu_kernel_choice(Tensor x, Tensor mat, Tensor sin, Tensor cos) -> str");
+  // Diagnostic (CPU): which per-CPU tuning the CPU kernel runs with, "amd-family-19h" or "default"
+  // (cpu_kernel/cpu_tuning.cpp); x only selects the backend.
+  m.def("_cpu_tuning(Tensor x) -> str");
 }
 
 // `import npu_ops_transformer_ext._C` loads this library, which runs the registrations above.

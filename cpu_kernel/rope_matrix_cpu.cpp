@@ -560,6 +560,9 @@ std::string cpu_kernel_choice(const at::Tensor& x, const at::Tensor& y, const at
   return choice;
 }
 
+// Which per-CPU tuning the kernel runs with (CpuTuning::name). A diagnostic for tests and benchmarks.
+std::string cpu_tuning_name(const at::Tensor&) { return cpu_tuning().name; }
+
 }  // namespace
 }  // namespace cpu
 }  // namespace npu_ops_transformer_ext
@@ -569,4 +572,5 @@ TORCH_LIBRARY_IMPL(npu_ops_transformer_ext, CPU, m) {
   m.impl("rope_matrix_qk", &npu_ops_transformer_ext::cpu::rope_matrix_qk_cpu);
   m.impl("rope_matrix_", &npu_ops_transformer_ext::cpu::rope_matrix_inplace_cpu);
   m.impl("_cpu_kernel_choice", &npu_ops_transformer_ext::cpu::cpu_kernel_choice);
+  m.impl("_cpu_tuning", &npu_ops_transformer_ext::cpu::cpu_tuning_name);
 }

@@ -206,3 +206,28 @@ def test_any_permutation_with_the_row_in_registers(monkeypatch, isa, dtype, d):
         s = -(-(16 << 20) // (5 * d * x.element_size()))
         x, sin, cos = with_edge_values(*operands((1, 5, s), d, dtype, g), g)
         assert_bit_exact(op(x, y, sin, cos), rope_matrix_reference(x, y, sin, cos))
+
+
+def _tuning_from_cpuinfo():
+    """The per-CPU tuning the kernel should run with, read from /proc/cpuinfo independently of the
+    kernel's CPUID code: "amd-family-19h" for an AMD CPU of family 25 with AVX-512, else "default";
+    None where /proc/cpuinfo has no x86 fields."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            first = f.read().split("\n\n")[0]
+    except OSError:
+        return None
+    fields = {k.strip(): v.strip() for k, sep, v in (line.partition(":") for line in first.splitlines()) if sep}
+    if "vendor_id" not in fields:
+        return None
+    zen4 = (fields["vendor_id"] == "AuthenticAMD" and fields.get("cpu family") == "25"
+            and "avx512f" in fields.get("flags", "").split())
+    return "amd-family-19h" if zen4 else "default"
+
+
+def test_the_cpu_tuning_follows_the_cpu():
+    """The batch shape and store thresholds of cpu_kernel/cpu_tuning.cpp are chosen by CPUID."""
+    want = _tuning_from_cpuinfo()
+    if want is None:
+        pytest.skip("no x86 /proc/cpuinfo to compare with")
+    assert torch.ops.npu_ops_transformer_ext._cpu_tuning(torch.empty(0)) == want
