@@ -375,6 +375,8 @@ def test_npu_model_prints_small_predictions_to_four_significant_digits(capsys):
     ({"d": True}, TypeError, "d must be an int, got bool True"),  # was taken as D = 1
     ({"soc": 910}, TypeError, "soc must be a str, got int 910"),
     ({"x_dtype": torch.bfloat16}, TypeError, "x_dtype must be a str, got dtype torch.bfloat16"),
+    # was taken as x's dtype (2-byte tables)
+    ({"table_dtype": "float64"}, ValueError, "table_dtype must be x_dtype ('bfloat16') or 'float32'"),
 ])
 @pytest.mark.parametrize("fn", ["tiling", "perm_tiling"])
 def test_tiling_arguments_are_checked_by_name(fn, kwargs, error, message):

@@ -46,7 +46,8 @@ class TwinError(RuntimeError):
 
     Attributes:
         rule: short stable identifier of the rule (e.g. ``"gm-out-of-bounds"``, ``"deadlock"``).
-        core: the simulated core, ``"AIC_<b>"`` or ``"AIV_<2b+s>"``
+        core: the simulated core, ``"AIC_<b>"`` or ``"AIV_<2b+s>"`` (MIX kernel; ``"AIV_<b>"`` in the
+            vector-only kernel)
             (``"all cores"`` for a deadlock).
     """
 
@@ -72,7 +73,7 @@ def run(
     """Runs ``rope_matrix(x, y, sin, cos)`` on the CPU twin of the NPU kernel.
 
     Shapes and dtypes as for ``rope_matrix`` within the NPU kernel's limits: x bfloat16, float16 or
-    float32 with D >= 16; y ``[D, D]`` (x's dtype, or float32 when exactly representable); sin and
+    float32 with D >= 16; y ``[D, D]`` (any dtype whose values x's dtype holds exactly); sin and
     cos varying along one dim of x only (``[S, D]``, ``[1, 1, S, D]`` for BNSD; ``[S, 1, D]``,
     ``[1, S, 1, D]`` for BSND), any floating dtype each (converted as on the CPU). All tensors
     on the CPU.
@@ -152,13 +153,19 @@ def _check_whole(name: str, value: object, bits: int, meaning: str = "") -> None
         raise ValueError(f"{name} must be from 0 to 2**{bits} - 1{meaning}, got {value}")
 
 
-def _check_tiling_args(dims: dict[str, object], strings: dict[str, object], max_block_dim: object) -> None:
-    """tiling's and perm_tiling's arguments, checked before the extension converts them."""
-    for name, v in dims.items():
+def _check_tiling_args(outer: object, s: object, inner: object, d: object, x_dtype: object, table_dtype: object,
+                       soc: object, max_block_dim: object) -> None:
+    """tiling's and perm_tiling's arguments, checked before the extension converts them: the dims
+    whole numbers, the names str, table_dtype x_dtype or "float32" (the tables the launcher hands
+    the kernel: of x's dtype, or converted to float32)."""
+    for name, v in (("outer", outer), ("s", s), ("inner", inner), ("d", d)):
         _check_whole(name, v, 64)
-    for name, v in strings.items():
+    for name, v in (("x_dtype", x_dtype), ("table_dtype", table_dtype), ("soc", soc)):
         if not isinstance(v, str):
             raise TypeError(f"{name} must be a str, got {type(v).__name__} {v!r}")
+    if table_dtype not in (x_dtype, "float32"):
+        raise ValueError(f"table_dtype must be x_dtype ({x_dtype!r}) or 'float32' (the tables the kernel gets: "
+                         f"of x's dtype, or converted to float32), got {table_dtype!r}")
     _check_block_dim(max_block_dim)
 
 
@@ -213,8 +220,7 @@ def tiling(
     platform's core counts, the workspace size and the matmul tiling under ``"cube"``).
     Raises ValueError with the numbers when no tiling can serve the shape, TypeError or ValueError
     for an argument of the wrong type or out of range."""
-    _check_tiling_args({"outer": outer, "s": s, "inner": inner, "d": d},
-                       {"x_dtype": x_dtype, "table_dtype": table_dtype, "soc": soc}, max_block_dim)
+    _check_tiling_args(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim)
     return _twin.tiling(int(outer), int(s), int(inner), int(d), x_dtype, table_dtype, soc, int(max_block_dim),
                         _twin.SLOT_BYTES)
 
@@ -231,11 +237,11 @@ def perm_tiling(
     max_block_dim: int = 0,
 ) -> dict[str, Any]:
     """The host tiling of the vector-only (signed permutation) kernel for x viewed as
-    ``[outer, S, inner, D]``. Raises ValueError with the numbers when it cannot serve the shape
-    (the launcher then runs the MIX kernel), TypeError or ValueError for an argument of the wrong type
-    or out of range."""
-    _check_tiling_args({"outer": outer, "s": s, "inner": inner, "d": d},
-                       {"x_dtype": x_dtype, "table_dtype": table_dtype, "soc": soc}, max_block_dim)
+    ``[outer, S, inner, D]``, but for ``partnerPath``, left 0 here: the launcher sets it from y
+    (``twin.run``'s report gives the one it chose). Raises ValueError with the numbers when it
+    cannot serve the shape (the launcher then runs the MIX kernel), TypeError or ValueError for an
+    argument of the wrong type or out of range."""
+    _check_tiling_args(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim)
     return _twin.perm_tiling(int(outer), int(s), int(inner), int(d), x_dtype, table_dtype, soc, int(max_block_dim))
 
 
