@@ -212,14 +212,16 @@ def tiling(
     d: int,
     *,
     x_dtype: str = "bfloat16",
-    table_dtype: str = "bfloat16",
+    table_dtype: str | None = None,
     soc: str = "Ascend910B3",
     max_block_dim: int = 0,
 ) -> dict[str, Any]:
     """The host tiling for x viewed as ``[outer, S, inner, D]`` (a dict of every field, plus the
-    platform's core counts, the workspace size and the matmul tiling under ``"cube"``).
+    platform's core counts, the workspace size and the matmul tiling under ``"cube"``), with tables
+    of ``table_dtype`` (x's dtype when None, or ``"float32"``).
     Raises ValueError with the numbers when no tiling can serve the shape, TypeError or ValueError
     for an argument of the wrong type or out of range."""
+    table_dtype = x_dtype if table_dtype is None else table_dtype
     _check_tiling_args(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim)
     return _twin.tiling(int(outer), int(s), int(inner), int(d), x_dtype, table_dtype, soc, int(max_block_dim),
                         _twin.SLOT_BYTES)
@@ -232,7 +234,7 @@ def perm_tiling(
     d: int,
     *,
     x_dtype: str = "bfloat16",
-    table_dtype: str = "bfloat16",
+    table_dtype: str | None = None,
     soc: str = "Ascend910B3",
     max_block_dim: int = 0,
 ) -> dict[str, Any]:
@@ -241,6 +243,7 @@ def perm_tiling(
     (``twin.run``'s report gives the one it chose). Raises ValueError with the numbers when it
     cannot serve the shape (the launcher then runs the MIX kernel), TypeError or ValueError for an
     argument of the wrong type or out of range."""
+    table_dtype = x_dtype if table_dtype is None else table_dtype
     _check_tiling_args(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim)
     return _twin.perm_tiling(int(outer), int(s), int(inner), int(d), x_dtype, table_dtype, soc, int(max_block_dim))
 
