@@ -27,6 +27,8 @@ def test_bench_cli_writes_csv(tmp_path, capsys):
     for r in rows:
         assert float(r["median_ms"]) > 0 and float(r["gbps"]) > 0
         assert r["shape"] == "1x2x16x128" and r["dtype"] == "bfloat16" and r["threads"]
+        # the host and the CPU kernel's per-CPU tuning it ran with, for comparing runs across hosts
+        assert r["cpu"] and r["cpu_tuning"] == torch.ops.npu_ops_transformer_ext._cpu_tuning(torch.empty(0))
         if r["provider"] == "copy_":
             assert float(r["x_copy"]) == 1.0
 

@@ -113,6 +113,7 @@ def test_sweep_tiny_grid(tmp_path, capsys):
     for r in rows:
         assert float(r["median_ms"]) > 0 and float(r["x_limit"]) > 0
         assert r["version"] == npu_ops_transformer_ext.__version__ and r["git"]
+        assert r["cpu"] and r["cpu_tuning"] == torch.ops.npu_ops_transformer_ext._cpu_tuning(torch.empty(0))
         if r["provider"] == "limit":
             assert float(r["x_limit"]) == 1.0 and r["store"] in ("nontemporal", "temporal")
             # The streaming copy is the limit, or slower than the ordinary-store copy chosen.

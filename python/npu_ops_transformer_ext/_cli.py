@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import platform
 import random
 import statistics
 import subprocess
@@ -148,6 +149,25 @@ def output_path_problem(path: str, image: bool = False) -> str:
         except OSError:
             pass
     return ""
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo where there is one), for benchmark records."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_tuning() -> str:
+    """The per-CPU tuning the CPU kernel runs with (``_cpu_tuning``), for benchmark records."""
+    import torch
+
+    return torch.ops.npu_ops_transformer_ext._cpu_tuning(torch.empty(0))
 
 
 def read_csv_rows(path: str) -> list[dict]:

@@ -33,7 +33,6 @@ import argparse
 import csv
 import math
 import os
-import platform
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -60,17 +59,6 @@ MODES = {
 FAST = ("rope_matrix", "rope_matrix_nocache", "clone", "copy_", "rope_matrix_qk", "limit", "limit_qk")
 PROVIDERS = ["rope_matrix", "rope_matrix_nocache", "eager_v1", "eager_v3", "compile_v1", "clone", "copy_",
              "rope_matrix_qk", "limit", "limit_qk"]  # limit*: the memory limit, see sweep.py
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _time_round_robin(fns: dict, warmup: int, iters: int, bar: Any = None) -> dict:
@@ -132,7 +120,7 @@ def run(
     cos = torch.randn(1, 1, s, d, generator=g).to(dtype)
     meta = {
         "version": _cli.package_version(), "git": _cli.git_revision(), "torch": torch.__version__,
-        "cpu": _cpu_model(), "threads": torch.get_num_threads(),
+        "cpu": _cli.cpu_model(), "cpu_tuning": _cli.cpu_tuning(), "threads": torch.get_num_threads(),
         "dtype": str(dtype).replace("torch.", ""), "shape": "x".join(map(str, shape)), "layout": "BNSD",
     }
     rows = []

@@ -226,6 +226,7 @@ def run_sweep(
     counts = _thread_counts(threads)
     total_threads = torch.get_num_threads()
     version, git = _cli.package_version(), _cli.git_revision()
+    cpu, tuning = _cli.cpu_model(), _cli.cpu_tuning()
     rows = []
     try:
         for s in sizes:
@@ -300,7 +301,7 @@ def run_sweep(
                             "x_limit_nt": _sig(med / nt_ms[limit_of(prov)], 3),
                             "x_copy": _sig(med / copy_ms, 3) if copy_ms else "",
                             "torch": torch.__version__, "heads": heads, "dim": dim,
-                            "version": version, "git": git,
+                            "version": version, "git": git, "cpu": cpu, "cpu_tuning": tuning,
                         })
                     if progress:
                         worst = max(r["x_limit"] for r in rows[-len(res):] if r["provider"] == "rope_matrix")
