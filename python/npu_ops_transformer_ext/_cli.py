@@ -1,5 +1,5 @@
 """Shared pieces of the command-line tools (bench, sweep, precision, plot): help layout, argument
-parsing, progress bars, the shuffled round-robin timer, package version and git revision."""
+parsing, progress bars, the shuffled round-robin timer, package version, git revision and the CPU."""
 
 from __future__ import annotations
 

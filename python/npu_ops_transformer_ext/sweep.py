@@ -34,7 +34,8 @@ tensor's buffer viewed as ``[1, S, N, D]``.
 Writes a long-format CSV (one row per provider and cell: median and p20/p80 in ms, GB/s, ratio to
 the limit (``x_limit``; ``x_limit_min`` of the fastest calls), to the streaming-store copy alone
 (``x_limit_nt``: the limit as a copy with non-temporal stores, a weaker bar while the output fits
-in cache) and to ``copy_``, the package version and git revision) and, with matplotlib installed,
+in cache) and to ``copy_``, the package version and git revision, the CPU model and the CPU
+kernel's per-CPU tuning) and, with matplotlib installed,
 a plot of ratio ÷ limit against x's size.
 """
 from __future__ import annotations
