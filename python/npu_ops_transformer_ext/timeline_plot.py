@@ -130,8 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="image to write (the format follows the extension: png, svg, pdf, ...)")
     a = ap.parse_args(argv)
     given = a.cores is not None
-    spec = a.cores if given else ",".join(_DEFAULT_CORES)
-    cores = list(dict.fromkeys(c.strip() for c in spec.split(",") if c.strip()))
+    cores = list(dict.fromkeys(c.strip() for c in a.cores.split(",") if c.strip())) if given else list(_DEFAULT_CORES)
     if not cores:
         ap.error(f"--cores: give at least one core name (AIC_0, AIV_0, ...), got {a.cores!r}")
     window = None

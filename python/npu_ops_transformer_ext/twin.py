@@ -153,11 +153,12 @@ def _check_whole(name: str, value: object, bits: int, meaning: str = "") -> None
         raise ValueError(f"{name} must be from 0 to 2**{bits} - 1{meaning}, got {value}")
 
 
-def _check_tiling_args(outer: object, s: object, inner: object, d: object, x_dtype: object, table_dtype: object,
-                       soc: object, max_block_dim: object) -> None:
-    """tiling's and perm_tiling's arguments, checked before the extension converts them: the dims
-    whole numbers, the names str, table_dtype x_dtype or "float32" (the tables the launcher hands
-    the kernel: of x's dtype, or converted to float32)."""
+def _tiling_args(outer: object, s: object, inner: object, d: object, x_dtype: object, table_dtype: object,
+                 soc: object, max_block_dim: object) -> tuple:
+    """tiling's and perm_tiling's arguments as the extension takes them, checked before it converts
+    them: the dims whole numbers, the names str, table_dtype (None: x_dtype) x_dtype or "float32"
+    (the tables the launcher hands the kernel: of x's dtype, or converted to float32)."""
+    table_dtype = x_dtype if table_dtype is None else table_dtype
     for name, v in (("outer", outer), ("s", s), ("inner", inner), ("d", d)):
         _check_whole(name, v, 64)
     for name, v in (("x_dtype", x_dtype), ("table_dtype", table_dtype), ("soc", soc)):
@@ -167,6 +168,7 @@ def _check_tiling_args(outer: object, s: object, inner: object, d: object, x_dty
         raise ValueError(f"table_dtype must be x_dtype ({x_dtype!r}) or 'float32' (the tables the kernel gets: "
                          f"of x's dtype, or converted to float32), got {table_dtype!r}")
     _check_block_dim(max_block_dim)
+    return int(outer), int(s), int(inner), int(d), x_dtype, table_dtype, soc, int(max_block_dim)
 
 
 # Timing parameters that are rates, sizes or the clock (> 0); l2_line is a whole number of bytes
@@ -221,9 +223,7 @@ def tiling(
     of ``table_dtype`` (x's dtype when None, or ``"float32"``).
     Raises ValueError with the numbers when no tiling can serve the shape, TypeError or ValueError
     for an argument of the wrong type or out of range."""
-    table_dtype = x_dtype if table_dtype is None else table_dtype
-    _check_tiling_args(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim)
-    return _twin.tiling(int(outer), int(s), int(inner), int(d), x_dtype, table_dtype, soc, int(max_block_dim),
+    return _twin.tiling(*_tiling_args(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim),
                         _twin.SLOT_BYTES)
 
 
@@ -243,9 +243,7 @@ def perm_tiling(
     (``twin.run``'s report gives the one it chose). Raises ValueError with the numbers when it
     cannot serve the shape (the launcher then runs the MIX kernel), TypeError or ValueError for an
     argument of the wrong type or out of range."""
-    table_dtype = x_dtype if table_dtype is None else table_dtype
-    _check_tiling_args(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim)
-    return _twin.perm_tiling(int(outer), int(s), int(inner), int(d), x_dtype, table_dtype, soc, int(max_block_dim))
+    return _twin.perm_tiling(*_tiling_args(outer, s, inner, d, x_dtype, table_dtype, soc, max_block_dim))
 
 
 def _materialized(t):
