@@ -280,9 +280,9 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
   const int64_t x_elem = ops.front().elem;
   const bool prefetch = !(x_elem == 2 && elems * x_elem <= kNoPrefetchBytes16);
   const int64_t want = parallel ? kItemsPerThread * static_cast<int64_t>(at::get_num_threads()) : 1;
-  const CpuTuning& shape = cpu_tuning();
+  const CpuTuning& tuning = cpu_tuning();
   const int64_t r_cap =
-      stream && (x_elem == 2 || (apart && shape.wide_streamed_long_blocks))
+      stream && (x_elem == 2 || (apart && tuning.wide_streamed_long_blocks))
           ? std::clamp<int64_t>(kStreamTableBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1, kStreamBlockRows)
           : std::clamp<int64_t>(kTableBlockBytes / (2 * Dp * static_cast<int64_t>(sizeof(C))), 1, kMaxBlockRows);
   const int64_t R = std::clamp<int64_t>((tab.ntr + want - 1) / want, 1, r_cap);
@@ -301,10 +301,10 @@ void run_blocks(const RotatePlan& plan, const Tables& tab, Operands& ops, const 
   Dims heads_per_batch;
   int64_t max_heads = 1;
   for (const auto& o : ops) {
-    const int64_t apart_heads = o.elem == 2 ? shape.heads_16
-                                : !stream   ? shape.heads_wide_cached
-                                : tab.ntr * D * o.elem <= kShortHeadBytes ? shape.heads_wide_streamed
-                                                                          : shape.heads_wide_streamed_long;
+    const int64_t apart_heads = o.elem == 2 ? tuning.heads_16
+                                : !stream   ? tuning.heads_wide_cached
+                                : tab.ntr * D * o.elem <= kShortHeadBytes ? tuning.heads_wide_streamed
+                                                                          : tuning.heads_wide_streamed_long;
     heads_per_batch.push_back(heads_adjacent(o, D) ? std::min(o.b_size[o.nb - 1], kMaxHeadsPerBatch) : apart_heads);
     max_heads = std::max(max_heads, heads_per_batch.back());
   }
