@@ -496,9 +496,14 @@ def test_dense_matrix_in_another_dtype_must_be_exact():
     with pytest.raises(
         ValueError,
         match=r"mat has dtype torch.float64 and entries that torch.bfloat16 \(x.dtype\) cannot hold exactly, "
-        r"e.g. mat\[0, 0\] = 0.333.*; pass mat.to\(x.dtype\) to round them once",
+        r"e.g. mat\[0, 0\] = 0.333.*; pass mat.to\(x.dtype\) to round them once, or \(on the CPU only: "
+        r"the NPU multiplies in x.dtype\) mat.float\(\) to keep them$",
     ):
         ext.rope_matrix(x, third, t, t)
+    # Both ways out that the message names work on the CPU; mat.float() keeps the third unrounded.
+    kept = ext.rope_matrix(x, third.float(), t, t)
+    torch.testing.assert_close(kept, rope_matrix_reference(x, third.float(), t, t), rtol=2**-7, atol=1e-5)
+    assert not torch.equal(kept, ext.rope_matrix(x, third.bfloat16(), t, t))
     with pytest.raises(ValueError, match=r"mat has dtype torch.int64 .*mat\[0, 0\] = 257"):
         ext.rope_matrix(x, torch.full((32, 32), 257), t, t)
     # The entry is printed in full, not to 6 digits (which would print 1.0000001 as "1"), with what

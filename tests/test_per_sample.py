@@ -8,7 +8,7 @@ what the NPU launcher refuses, and must give the CPU op's bits.
 """
 import pytest
 import torch
-from npu_ops_transformer_ext import _per_sample, models, tables, twin
+from npu_ops_transformer_ext import _per_sample, matrices, models, tables, twin
 from npu_ops_transformer_ext import transformers as tfm
 
 B, H, L, D = 3, 2, 8, 32
@@ -95,7 +95,7 @@ def test_per_sample_tables_go_sample_by_sample_off_the_cpu(name, monkeypatch):
 def test_without_the_split_the_npu_host_code_refuses_them(monkeypatch):
     # the control: the same calls in one piece fail the NPU's table rule (so the test above can fail)
     _as_npu(monkeypatch)
-    monkeypatch.setattr(_per_sample, "_split", lambda x, tables: False)
+    monkeypatch.setattr(_per_sample, "_loop_dims", lambda x, tables: [])
     for name, call in _cases().items():
         with pytest.raises(ValueError, match="varies along 2 dims of x"):
             call()
@@ -108,3 +108,59 @@ def test_on_the_cpu_it_is_one_call(monkeypatch):
     monkeypatch.setattr(_per_sample, "rope_matrix_qk", lambda *a: calls.append(1) or real(*a))
     _cases()["flux_apply_rope"]()
     assert calls == [1]
+
+
+def _tables_of_more_dims():
+    g = torch.Generator().manual_seed(2)
+    xb = torch.randn(B, H, L, D, generator=g).bfloat16()  # BNSD
+    xs = torch.randn(B, L, H, D, generator=g).bfloat16()  # BSND
+    kb = torch.randn(B, H, L, D, generator=g).bfloat16()
+    mat = matrices.get_half_matrix(D)
+    t4 = torch.randn(2, B, H, L, D, generator=g)
+    ts = torch.randn(2, B, L, H, D, generator=g)
+    t3 = torch.randn(2, H, L, D, generator=g)
+    # name: (call, x's dims walked slice by slice off the CPU)
+    return {
+        "[B, H, S, D] tables, BNSD": (lambda: _per_sample.rope(xb, mat, t4[0], t4[1]), B * H),
+        "[B, S, H, D] tables, BSND": (lambda: _per_sample.rope(xs, mat, ts[0], ts[1]), B * L),
+        "[H, S, D] tables of a 4-dim x": (lambda: _per_sample.rope(xb, mat, t3[0], t3[1]), H),
+        "sin [B, 1, S, D], cos [1, H, 1, D]": (
+            lambda: _per_sample.rope(xb, mat, t4[0][:, :1], t4[1][:1, :, :1]), B * H),
+        "q, k with [B, H, S, D] tables": (lambda: _per_sample.rope_qk(xb, kb, mat, t4[0], t4[1]), B * H),
+        "fp32 x, [B, H, 1, D] tables": (lambda: _per_sample.rope(xb.float(), mat, t4[0][:, :, :1], t4[1]), B * H),
+    }
+
+
+@pytest.mark.parametrize("name", list(_tables_of_more_dims()))
+def test_tables_varying_along_more_dims_go_slice_by_slice_off_the_cpu(name, monkeypatch):
+    call, slices = _tables_of_more_dims()[name]
+    want = call()
+    calls = _as_npu(monkeypatch)
+    got = call()
+    for a, b in zip(want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)):
+        _same(b, a)
+    assert len(calls) == slices, calls
+    monkeypatch.setattr(_per_sample, "_loop_dims", lambda x, tables: [])
+    with pytest.raises(ValueError, match="varies along [23] dims of x|varies along .* and cos"):
+        call()
+
+
+def test_slice_by_slice_keeps_the_gradients(monkeypatch):
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(B, H, L, D, generator=g, dtype=torch.float64).float().requires_grad_()
+    sin = torch.randn(B, H, L, D, generator=g).requires_grad_()
+    cos = torch.randn(B, H, L, D, generator=g).requires_grad_()
+    mat = matrices.get_interleave_matrix(D)
+    w = torch.randn(B, H, L, D, generator=g)
+    (_per_sample.rope(x, mat, sin, cos) * w).sum().backward()
+    want = [t.grad.clone() for t in (x, sin, cos)]
+    for t in (x, sin, cos):
+        t.grad = None
+    monkeypatch.setattr(_per_sample, "_one_table_dim_only", lambda device: True)
+    calls = []
+    real = _per_sample.rope_matrix
+    monkeypatch.setattr(_per_sample, "rope_matrix", lambda *a: calls.append(1) or real(*a))
+    (_per_sample.rope(x, mat, sin, cos) * w).sum().backward()
+    assert len(calls) == B * H
+    for t, w_ in zip((x, sin, cos), want):
+        torch.testing.assert_close(t.grad, w_, rtol=0, atol=0)

@@ -175,7 +175,8 @@ RopeOperands check_rope_matrix_inputs(const char* op, const at::Tensor& x, const
                         dtype_name(x.scalar_type()), " (", x_name, ".dtype) cannot hold exactly, e.g. mat[",
                         i, ", ", j, "] = ", exact_value_str(mat.select(0, i).select(0, j)), " (",
                         exact_value_str(r.mat.select(0, i).select(0, j)), " in ", dtype_name(x.scalar_type()),
-                        "); pass mat.to(", x_name, ".dtype) to round them once, or mat.float()");
+                        "); pass mat.to(", x_name, ".dtype) to round them once, or (on the CPU only: the NPU ",
+                        "multiplies in ", x_name, ".dtype) mat.float() to keep them");
     }
   }
   return r;

@@ -3,10 +3,13 @@
 The model drop-ins and ``RotaryEmbedding`` build per-sample tables (``[B, 1, S, D]``,
 ``[B, S, 1, D]``) when positions differ between the rows of a batch. The CPU kernel takes any
 tables that broadcast to x; the NPU kernel takes tables that vary along one dim of x only. So off
-the CPU such a call runs sample by sample along x's first dim, each sample's tables varying along
-one dim; anywhere else it is one call.
+the CPU such a call runs slice by slice over every dim of x the tables vary along but the last
+(sample by sample along B for the shapes above; over B and H for ``[B, H, S, D]`` tables), each
+slice's tables varying along one dim; anywhere else it is one call.
 """
 from __future__ import annotations
+
+import itertools
 
 import torch
 from torch import Tensor
@@ -21,43 +24,74 @@ def _one_table_dim_only(device: torch.device) -> bool:
     return device.type != "cpu"
 
 
-def _varying_dims(t: Tensor) -> int:
-    """The dims of ``t`` before the last where it is not of size 1."""
-    return sum(1 for n in t.shape[:-1] if n != 1)
+def _loop_dims(x: Tensor, tables: tuple[Tensor, ...]) -> list[int]:
+    """The dims of x to go through slice by slice: off the CPU, every dim of x (aligned from the
+    right) along which a table varies, except the last such dim; none when that is all one dim
+    (or on the CPU). A table that does not broadcast to x leaves it to the op to refuse."""
+    if not _one_table_dim_only(x.device) or x.numel() == 0:
+        return []
+    r = x.dim()
+    dims: set[int] = set()
+    for t in tables:
+        off = r - t.dim()
+        if off < 0:
+            return []
+        for i, n in enumerate(t.shape[:-1]):
+            if n != 1:
+                if n != x.shape[off + i]:
+                    return []
+                dims.add(off + i)
+    return sorted(dims)[:-1]
 
 
-def _split(x: Tensor, tables: tuple[Tensor, ...]) -> bool:
-    """Whether to go sample by sample: off the CPU, a table that varies along x's first dim and
-    another one."""
-    return (
-        _one_table_dim_only(x.device)
-        and x.dim() >= 2
-        and x.shape[0] > 1
-        and any(t.dim() == x.dim() and t.shape[0] > 1 and _varying_dims(t) > 1 for t in tables)
-    )
+def _narrow(t: Tensor, rank: int, index: tuple[tuple[int, int], ...]) -> Tensor:
+    """Table ``t``'s part for the slice of an x of ``rank`` dims given as ``(dim, i)`` pairs."""
+    off = rank - t.dim()
+    for d, i in index:
+        if d >= off and t.shape[d - off] > 1:
+            t = t.narrow(d - off, i, 1)
+    return t
 
 
-def _sample(t: Tensor, i: int, rank: int) -> Tensor:
-    """Sample ``i`` of a table broadcast against an x of ``rank`` dims."""
-    return t[i : i + 1] if t.dim() == rank and t.shape[0] > 1 else t
+def _slices(x: Tensor, dims: list[int]):
+    """Every slice of ``dims`` of x, as ``(dim, i)`` pairs, in row-major order."""
+    return [tuple(zip(dims, idx)) for idx in itertools.product(*(range(x.shape[d]) for d in dims))]
+
+
+def _take(x: Tensor, index: tuple[tuple[int, int], ...]) -> Tensor:
+    for d, i in index:
+        x = x.narrow(d, i, 1)
+    return x
+
+
+def _assemble(parts: list[Tensor], shape: torch.Size, dims: list[int]) -> Tensor:
+    """The slices (in ``_slices`` order) put back together into one tensor of ``shape``."""
+    for d in reversed(dims):
+        n = shape[d]
+        parts = [torch.cat(parts[j : j + n], d) for j in range(0, len(parts), n)]
+    return parts[0]
 
 
 def rope(x: Tensor, mat: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
-    """``rope_matrix(x, mat, sin, cos)``, sample by sample off the CPU when the tables differ per sample."""
-    if not _split(x, (sin, cos)):
+    """``rope_matrix(x, mat, sin, cos)``, slice by slice off the CPU when the tables vary along
+    more than one dim of x."""
+    dims = _loop_dims(x, (sin, cos))
+    if not dims:
         return rope_matrix(x, mat, sin, cos)
     r = x.dim()
-    return torch.cat([rope_matrix(x[i : i + 1], mat, _sample(sin, i, r), _sample(cos, i, r)) for i in range(x.shape[0])])
+    parts = [rope_matrix(_take(x, s), mat, _narrow(sin, r, s), _narrow(cos, r, s)) for s in _slices(x, dims)]
+    return _assemble(parts, x.shape, dims)
 
 
 def rope_qk(q: Tensor, k: Tensor, mat: Tensor, sin: Tensor, cos: Tensor) -> tuple[Tensor, Tensor]:
-    """``rope_matrix_qk(q, k, mat, sin, cos)``, sample by sample off the CPU when the tables differ
-    per sample."""
-    if not (_split(q, (sin, cos)) and k.dim() == q.dim() and k.shape[0] == q.shape[0]):
+    """``rope_matrix_qk(q, k, mat, sin, cos)``, slice by slice off the CPU when the tables vary
+    along more than one dim of q and k (q and k of the same sizes along those dims)."""
+    dims = _loop_dims(q, (sin, cos))
+    if not dims or k.dim() != q.dim() or any(k.shape[d] != q.shape[d] for d in dims):
         return rope_matrix_qk(q, k, mat, sin, cos)
     r = q.dim()
     outs = [
-        rope_matrix_qk(q[i : i + 1], k[i : i + 1], mat, _sample(sin, i, r), _sample(cos, i, r))
-        for i in range(q.shape[0])
+        rope_matrix_qk(_take(q, s), _take(k, s), mat, _narrow(sin, r, s), _narrow(cos, r, s))
+        for s in _slices(q, dims)
     ]
-    return torch.cat([o[0] for o in outs]), torch.cat([o[1] for o in outs])
+    return _assemble([o[0] for o in outs], q.shape, dims), _assemble([o[1] for o in outs], k.shape, dims)
