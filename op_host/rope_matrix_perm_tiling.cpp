@@ -181,8 +181,8 @@ NpuKernel choose_kernel(const std::string& requested, bool isPerm, bool permServ
   if (requested == "auto") return isPerm && permServed ? NpuKernel::PERM : NpuKernel::MIX;
   if (requested == "perm") {
     if (!isPerm) {
-      throw TilingError("the vector-only kernel (perm) needs y to be a signed (partial) permutation: every column "
-                        "at most one non-zero, +1 or -1, each row used once; use kernel 'auto' or 'mix' for this y");
+      throw TilingError("the vector-only kernel (perm) needs mat to be a signed (partial) permutation: every column "
+                        "at most one non-zero, +1 or -1, each row used once; use kernel 'auto' or 'mix' for this mat");
     }
     if (!permServed) throw TilingError(permWhyNot + "; use kernel 'auto' or 'mix' for this shape");
     return NpuKernel::PERM;

@@ -170,21 +170,21 @@ def _rope3d(s_grid=(2, 3, 4), split=(16, 56, 56), theta=256.0, dtype=torch.float
 
 
 @pytest.mark.parametrize("head_first", [False, True])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_hunyuan_apply_rotary_emb(head_first, dtype):
+@pytest.mark.parametrize("dtype,k_dtype", [(torch.float32,) * 2, (torch.bfloat16,) * 2, (torch.bfloat16, torch.float32)])
+def test_hunyuan_apply_rotary_emb(head_first, dtype, k_dtype):
     cos, sin = _rope3d()
     s = cos.shape[0]
     shape_q, shape_k = (
         ((1, 4, s, 128), (1, 2, s, 128)) if head_first else ((1, s, 4, 128), (1, s, 2, 128))
     )
-    xq, xk = torch.randn(shape_q).to(dtype), torch.randn(shape_k).to(dtype)
+    xq, xk = torch.randn(shape_q).to(dtype), torch.randn(shape_k).to(k_dtype)
     oq, ok = models.hunyuan_apply_rotary_emb(xq, xk, (cos, sin), head_first=head_first)
     bc = (lambda t: t) if head_first else (lambda t: t[:, None])
     for o, x in ((oq, xq), (ok, xk)):
         want = _rot_pairs(x, bc(cos[:, 0::2]), bc(sin[:, 0::2]))
-        assert o.dtype == dtype
+        assert o.dtype == x.dtype  # each output in its input's dtype, as HunyuanVideo's
         torch.testing.assert_close(
-            o.double(), want, rtol=torch.finfo(dtype).eps, atol=torch.finfo(dtype).eps * 4
+            o.double(), want, rtol=torch.finfo(x.dtype).eps, atol=torch.finfo(x.dtype).eps * 4
         )
     # the complex form of the same tables gives the same result
     cplx = torch.polar(torch.ones_like(cos[:, 0::2]), torch.atan2(sin[:, 0::2], cos[:, 0::2]))
@@ -194,7 +194,8 @@ def test_hunyuan_apply_rotary_emb(head_first, dtype):
         models.hunyuan_apply_rotary_emb(xq, xk, (cos[:-1], sin[:-1]), head_first=head_first)
 
 
-def test_flux_apply_rope_2x2_form():
+@pytest.mark.parametrize("k_dtype", [torch.bfloat16, torch.float32])
+def test_flux_apply_rope_2x2_form(k_dtype):
     b, h, L = 2, 3, 10
     ids = torch.randint(0, 5, (b, L, 3)).double()
     ang = torch.cat(
@@ -211,7 +212,7 @@ def test_flux_apply_rope_2x2_form():
     )
     xq, xk = (
         torch.randn(b, h, L, 128, dtype=torch.bfloat16),
-        torch.randn(b, 1, L, 128, dtype=torch.bfloat16),
+        torch.randn(b, 1, L, 128, dtype=k_dtype),  # FLUX returns each output in its input's dtype
     )
     oq, ok = models.flux_apply_rope(xq, xk, rot)
     for o, x in ((oq, xq), (ok, xk)):
@@ -419,3 +420,24 @@ def test_wan_tables_cached_in_inference_mode_serve_training(monkeypatch):
     out = models.wan_rope_apply(xx, [[1, 2, 2]], freqs)
     out.sum().backward()
     assert torch.equal(out.detach(), want) and xx.grad is not None
+
+
+def test_drop_in_errors_name_the_argument_the_caller_got_wrong():
+    x = torch.randn(2, 30, 4, 64)
+    with pytest.raises(ValueError, match=r"grid_sizes must give one \(f, h, w\) per sample .* got 3 grids for a batch of 2"):
+        models.wan_rope_apply(x, torch.tensor([[2, 3, 4], [1, 3, 5], [1, 1, 1]]), _wan_freqs(64))
+    with pytest.raises(ValueError, match=r"freqs must be \[max_len, D/2\] = \[max_len, 32\] for x's D = 64, got \[64, 64\]"):
+        models.wan_rope_apply(x, [[2, 3, 4]], _wan_freqs(128))
+    with pytest.raises(ValueError, match=r"grid \(1, 1, 200\) needs positions 0 \.\. 199 .* freqs \[64, 32\] has 64"):
+        models.wan_rope_apply(torch.randn(1, 200, 2, 64), [[1, 1, 200]], _wan_freqs(64))
+    with pytest.raises(ValueError, match=r"grid sizes \(f, h, w\) must be >= 0, got \(1, -1, 2\)"):
+        models.wan_rope_tables([[1, -1, 2]], _wan_freqs(64), 30)
+    with pytest.raises(ValueError, match=r"wan_rope_tables: freqs must be \[max_len, D/2\], got \[64\]"):
+        models.wan_rope_tables([[1, 1, 2]], _wan_freqs(64)[:, 0], 30)
+    # one grid for every sample stays accepted
+    assert models.wan_rope_apply(x, [[2, 3, 4]], _wan_freqs(64)).shape == x.shape
+    q = torch.randn(1, 2, 8, 128)
+    with pytest.raises(ValueError, match=r"freqs_cis must be \[B, 1, L, D/2, 2, 2\] with D/2 = 64 \(xq's D = 128\), got \[1, 1, 8, 32, 2, 2\]"):
+        models.flux_apply_rope(q, q, torch.randn(1, 1, 8, 32, 2, 2))
+    with pytest.raises(ValueError, match=r"k must have q's rank 4 \(q \[2, 4, 8, 64\]\), got k \[2, 8, 64\] of rank 3"):
+        tables.RotaryEmbedding(64, layout="BNSD")(torch.randn(2, 4, 8, 64), torch.randn(2, 8, 64))

@@ -262,3 +262,12 @@ def test_table_seq_dim_must_not_be_the_head_dim():
     with pytest.raises(ValueError, match="head dim D"):
         parallel.shard_tables(d1, d1, 2, 0, seq_dim=0)
     assert parallel.shard_tables(d1, d1, 2, 0, seq_dim=-3)[0] is d1
+
+
+def test_shard_tables_refuses_cos_and_sin_of_different_lengths():
+    cos, sin = torch.randn(16, 8), torch.randn(8, 8)
+    with pytest.raises(ValueError, match=r"cos \[16, 8\] and sin \[8, 8\] must have the same length along seq_dim -2"):
+        parallel.shard_tables(cos, sin, 2, 0)
+    # a table broadcast along the sequence goes with any length
+    c, s = parallel.shard_tables(cos, sin[:1], 2, 1)
+    assert torch.equal(c, cos[8:]) and torch.equal(s, sin[:1])

@@ -1003,3 +1003,21 @@ def test_tables_built_in_pieces_equal_one_piece(monkeypatch):
                                if a.element_size() == 4 else a.view(torch.int64),
                                b.view(torch.int16) if b.element_size() == 2 else b.view(torch.int32)
                                if b.element_size() == 4 else b.view(torch.int64)), k
+
+
+def test_bool_and_complex_positions_are_refused():
+    """A mask passed for positions would rotate by angles 0 and 1 without a word."""
+    mask = torch.tensor([[True, False, True, True]])
+    rope = tables.RotaryEmbedding(16, layout="BNSD")
+    q = torch.randn(1, 2, 4, 16)
+    with pytest.raises(TypeError, match=r"RotaryEmbedding: positions must hold integers or real numbers, got dtype torch.bool"):
+        rope(q, positions=mask)
+    with pytest.raises(TypeError, match=r"positions must hold integers or real numbers, got dtype torch.complex64"):
+        tables.rope_1d(mask.to(torch.complex64), 16)
+    with pytest.raises(TypeError, match=r"rope_nd: positions must hold .* torch.bool"):
+        tables.rope_nd(torch.ones(4, 3, dtype=torch.bool), [4, 6, 6])
+    with pytest.raises(TypeError, match=r"rope_mrope: positions must hold .* torch.bool"):
+        tables.rope_mrope(torch.ones(3, 4, dtype=torch.bool), 16, [2, 3, 3])
+    # integer and float positions stay accepted
+    assert rope(q, positions=mask.long()).shape == q.shape
+    assert rope(q, positions=mask.float()).shape == q.shape

@@ -293,7 +293,7 @@ def test_kernel_choice_auto_perm_mix(monkeypatch):
     assert twin.run(x, perm, sin, cos)[1]["kernel_kind"] == "perm"
     assert twin.run(x, dense, sin, cos)[1]["kernel_kind"] == "mix"
     assert twin.run(x, perm, sin, cos, kernel="mix")[1]["kernel_kind"] == "mix"
-    with pytest.raises(ValueError, match="needs y to be a signed \\(partial\\) permutation"):
+    with pytest.raises(ValueError, match="needs mat to be a signed \\(partial\\) permutation"):
         twin.run(x, dense, sin, cos, kernel="perm")
     with pytest.raises(ValueError, match="kernel must be 'auto', 'mix' or 'perm'"):
         twin.run(x, perm, sin, cos, kernel="vector")

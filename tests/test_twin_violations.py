@@ -218,7 +218,7 @@ def test_npu_limits_name_argument_and_values():
         ValueError, match=r"sin \[3, 1, 128\] varies along dim 1 and cos \[41, 128\] along dim 2 of x \[1, 3, 41, 128\]"
     ):
         twin.run(x, y, sin[:3].reshape(3, 1, 128), cos)
-    with pytest.raises(ValueError, match=r"^rope_matrix \(NPU\): the vector-only kernel \(perm\) needs y to be a signed"):
+    with pytest.raises(ValueError, match=r"^rope_matrix \(NPU\): the vector-only kernel \(perm\) needs mat to be a signed"):
         twin.run(x, torch.full((128, 128), 0.5, dtype=torch.bfloat16), sin, cos, kernel="perm")
     dense = torch.full((128, 128), 1.0 / 3.0)
     with pytest.raises(

@@ -51,6 +51,14 @@ def _table(t: Tensor, x: Tensor) -> Tensor:
     return t.to(x.device)
 
 
+def _qk(xq: Tensor, xk: Tensor, mat: Tensor, sin: Tensor, cos: Tensor) -> tuple[Tensor, Tensor]:
+    """q and k in one ``rope_matrix_qk`` call, or in one call each when their dtypes differ (the
+    originals return each output in its own input's dtype)."""
+    if xq.dtype != xk.dtype:
+        return rope(xq, mat, sin, cos), rope(xk, mat, sin, cos)
+    return rope_qk(xq, xk, mat, sin, cos)
+
+
 def _pairs_to_elems(t: Tensor) -> Tensor:
     return t.repeat_interleave(2, dim=-1)
 
@@ -104,15 +112,24 @@ def wan_rope_tables(
 
 def _wan_build(grids, freqs, seq_len, device, key, grad):
     """wan_rope_tables on a cache miss: the tables, cached under ``key`` unless ``grad``."""
-    c = freqs.shape[1]
-    split = [c - 2 * (c // 3), c // 3, c // 3]
     fr = (freqs if grad else freqs.detach()).to("cpu")
     if not fr.is_complex():
         raise TypeError(f"wan_rope_tables: freqs must be complex [max_len, D/2], got {fr.dtype}")
+    if fr.dim() != 2:
+        raise ValueError(f"wan_rope_tables: freqs must be [max_len, D/2], got {list(fr.shape)}")
+    c = fr.shape[1]
+    split = [c - 2 * (c // 3), c // 3, c // 3]
     parts = fr.split(split, dim=1)
     by_grid = {}
     for g in dict.fromkeys(grids):
         f, h, w = g
+        if min(g) < 0:
+            raise ValueError(f"wan_rope_tables: grid sizes (f, h, w) must be >= 0, got {g}")
+        if max(g) > fr.shape[0]:
+            raise ValueError(
+                f"wan_rope_tables: grid {g} needs positions 0 .. {max(g) - 1} along its longest axis, but freqs "
+                f"{list(fr.shape)} has {fr.shape[0]} (its max_len)"
+            )
         if f * h * w > seq_len:
             raise ValueError(
                 f"wan_rope_apply: grid {g} has {f * h * w} tokens > sequence length {seq_len}"
@@ -170,6 +187,14 @@ def wan_rope_apply(
         raise ValueError(f"wan_rope_apply: need integers 0 <= sp_rank < sp_size, got sp_rank {sp_rank!r}, sp_size {sp_size!r}")
     b, L, _n, d = x.shape
     grids = _wan_grids(grid_sizes)  # once: a grid_sizes tensor on a device costs a sync to read
+    if len(grids) not in (1, b):
+        raise ValueError(
+            f"wan_rope_apply: grid_sizes must give one (f, h, w) per sample of x {list(x.shape)} "
+            f"(or one for all), got {len(grids)} grids for a batch of {b}"
+        )
+    if not isinstance(freqs, Tensor) or freqs.dim() != 2 or 2 * freqs.shape[1] != d:
+        got = list(freqs.shape) if isinstance(freqs, Tensor) else type(freqs).__name__
+        raise ValueError(f"wan_rope_apply: freqs must be [max_len, D/2] = [max_len, {d // 2}] for x's D = {d}, got {got}")
     cos, sin = wan_rope_tables(grids, freqs, L * sp_size, device=x.device)
     if sp_size > 1:
         cos, sin = cos[:, sp_rank * L : (sp_rank + 1) * L], sin[:, sp_rank * L : (sp_rank + 1) * L]
@@ -214,7 +239,8 @@ def hunyuan_apply_rotary_emb(
 
     xq/xk ``[B, S, H, D]`` (``[B, H, S, D]`` with ``head_first``); freqs_cis ``(cos, sin)`` each
     ``[S, D]`` (the real path HunyuanVideo uses) or a complex ``[S, D/2]``. Interleaved pairs,
-    float32 math, outputs in the inputs' dtype. q and k go through one ``rope_matrix_qk`` call.
+    float32 math, each output in its input's dtype. q and k go through one ``rope_matrix_qk`` call
+    (one call each when their dtypes differ).
     """
     cos, sin = _real_tables(freqs_cis)
     s = xq.shape[-2] if head_first else xq.shape[1]
@@ -228,7 +254,7 @@ def hunyuan_apply_rotary_emb(
     mat = _mat(xq.shape[-1], "interleave", xq.device)
     if xk is None:
         return rope(xq, mat, sin, cos), None
-    return rope_qk(xq, xk, mat, sin, cos)
+    return _qk(xq, xk, mat, sin, cos)
 
 
 # ---- FLUX ---------------------------------------------------------------------------------------
@@ -238,12 +264,19 @@ def flux_apply_rope(xq: Tensor, xk: Tensor, freqs_cis: Tensor) -> tuple[Tensor, 
     """FLUX.1's ``apply_rope(xq, xk, freqs_cis) -> (xq_out, xk_out)``.
 
     xq/xk ``[B, H, L, D]``; freqs_cis ``[B, 1, L, D/2, 2, 2]``, per pair the rotation
-    ``[[cos, -sin], [sin, cos]]`` (as FLUX's ``rope`` builds it). Outputs in the inputs' dtype.
+    ``[[cos, -sin], [sin, cos]]`` (as FLUX's ``rope`` builds it). Each output in its input's
+    dtype; q and k go through one ``rope_matrix_qk`` call (one call each when their dtypes differ).
     """
+    d = xq.shape[-1]
+    if not isinstance(freqs_cis, Tensor) or freqs_cis.dim() < 3 or tuple(freqs_cis.shape[-3:]) != (d // 2, 2, 2):
+        got = list(freqs_cis.shape) if isinstance(freqs_cis, Tensor) else type(freqs_cis).__name__
+        raise ValueError(
+            f"flux_apply_rope: freqs_cis must be [B, 1, L, D/2, 2, 2] with D/2 = {d // 2} (xq's D = {d}), got {got}"
+        )
     cos = _pairs_to_elems(freqs_cis[..., 0, 0])
     sin = _pairs_to_elems(freqs_cis[..., 1, 0])
     cos, sin = _table(cos, xq), _table(sin, xq)
-    return rope_qk(xq, xk, _mat(xq.shape[-1], "interleave", xq.device), sin, cos)
+    return _qk(xq, xk, _mat(xq.shape[-1], "interleave", xq.device), sin, cos)
 
 
 # ---- diffusers ----------------------------------------------------------------------------------

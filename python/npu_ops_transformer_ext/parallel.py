@@ -107,6 +107,16 @@ def shard_tables(
     the table's sequence dim: -2 for ``[S, D]`` / ``[1, 1, S, D]`` (BNSD), -3 for ``[S, 1, D]`` /
     ``[1, S, 1, D]`` (BSND). A table broadcast along the sequence (size 1 at ``seq_dim``, or a
     ``[D]`` table with no such dim) is returned unchanged."""
+    lengths = [
+        t.shape[_table_seq_dim("shard_tables", n, t, seq_dim)]
+        for n, t in (("cos", cos), ("sin", sin))
+        if isinstance(t, Tensor) and _has_seq_dim(t, seq_dim)
+    ]
+    if len(lengths) == 2 and 1 not in lengths and lengths[0] != lengths[1]:
+        raise ValueError(
+            f"shard_tables: cos {list(cos.shape)} and sin {list(sin.shape)} must have the same length along "
+            f"seq_dim {seq_dim} (or 1 for a table broadcast along the sequence), got {lengths[0]} and {lengths[1]}"
+        )
     return (_shard_table("cos", cos, world_size, rank, seq_dim, mode),
             _shard_table("sin", sin, world_size, rank, seq_dim, mode))
 

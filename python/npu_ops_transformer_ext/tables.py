@@ -497,6 +497,15 @@ def _check_offset(offset, where: str) -> None:
         raise TypeError(f"{where}: offset must be a finite int or float (the first position), got {offset!r}")
 
 
+def _position_tensor(positions, fn: str) -> Tensor:
+    """``torch.as_tensor(positions)``, detached; refuses bool and complex positions (a mask passed
+    for positions would otherwise rotate by 0 and 1)."""
+    p = torch.as_tensor(positions).detach()
+    if p.dtype == torch.bool or p.is_complex():
+        raise TypeError(f"{fn}: positions must hold integers or real numbers, got dtype {p.dtype}")
+    return p
+
+
 def _positions(positions, offset, dtype) -> Tensor:
     _check_offset(offset, "positions")
     if isinstance(positions, (bool, float)):
@@ -508,7 +517,7 @@ def _positions(positions, offset, dtype) -> Tensor:
         if int(positions) < 0:
             raise ValueError(f"positions: S must be >= 0, got {int(positions)}")
         return torch.arange(int(positions), dtype=dtype) + offset
-    p = torch.as_tensor(positions).detach()
+    p = _position_tensor(positions, "positions")
     if p.dim() == 0:
         raise ValueError(
             f"positions must be an int S (positions offset .. offset + S - 1) or a tensor of positions "
@@ -645,7 +654,7 @@ def rope_nd(
     if isinstance(positions, (list, tuple)) and all(_is_grid_size(g) for g in positions):
         pos = grid_positions(positions, dtype=freqs_dtype)
     else:  # per-token positions: a tensor, array or nested list [..., S, N]
-        pos = torch.as_tensor(positions).detach().to("cpu", freqs_dtype)
+        pos = _position_tensor(positions, "rope_nd").to("cpu", freqs_dtype)
         if pos.dim() < 2:
             raise ValueError(
                 f"rope_nd: positions must be a grid (a list or tuple of {n} ints, e.g. (t, h, w)) or "
@@ -722,7 +731,7 @@ def rope_mrope(
     r = 2 * half_r
     if r > head_dim:
         raise ValueError(f"rope_mrope: 2 * sum(sections) = {r} exceeds head_dim {head_dim}")
-    pos = torch.as_tensor(positions).detach().to("cpu", freqs_dtype)
+    pos = _position_tensor(positions, "rope_mrope").to("cpu", freqs_dtype)
     if pos.dim() < 1 or pos.shape[0] != len(sections):
         raise ValueError(
             f"rope_mrope: positions must be [{len(sections)}, ..., S], got {list(pos.shape)}"
@@ -1026,6 +1035,8 @@ class RotaryEmbedding(torch.nn.Module):
                     f"RotaryEmbedding: {name} must be a torch.Tensor{' or None' if optional else ''}, got "
                     f"{type(t).__name__}; pass torch.as_tensor(...)"
                 )
+        if positions is not None:
+            _position_tensor(positions, "RotaryEmbedding")
         sd = _SEQ_DIM[self.layout]
         if q.dim() < -sd:
             raise ValueError(
@@ -1042,8 +1053,13 @@ class RotaryEmbedding(torch.nn.Module):
                 f"[B, S, N, D]."
             )
 
-        if k is not None and (k.dim() != q.dim() or k.shape[sd] != s):
-            raise mismatch(f"k {list(k.shape)} has {k.shape[sd] if k.dim() >= -sd else '?'}")
+        if k is not None and k.dim() != q.dim():
+            raise ValueError(
+                f"RotaryEmbedding(layout={self.layout!r}): k must have q's rank {q.dim()} (q "
+                f"{list(q.shape)}), got k {list(k.shape)} of rank {k.dim()}"
+            )
+        if k is not None and k.shape[sd] != s:
+            raise mismatch(f"k {list(k.shape)} has {k.shape[sd]}")
         if positions is not None:
             n = positions.shape[-1] if positions.dim() else 0
             if n != s:
