@@ -75,16 +75,18 @@ at::ScalarType acc_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDoub
 // a temporary of the caller's, and each level adds into its first half (as fast as torch's sum:
 // nothing is allocated); else slices and adds, differentiable. Both give the same bits.
 at::Tensor tree_sum(at::Tensor t, int64_t dim, bool in_place) {
-  if (t.size(dim) == 0) return t.sum(dim, /*keepdim=*/true);
+  // Sizes as SymInts: under torch.compile with dynamic shapes they are symbolic, and each level's
+  // comparison then guards on S (the tree's shape depends on S, so a graph serves that S only).
+  if (t.sym_size(dim) == 0) return t.sum(dim, /*keepdim=*/true);
   std::vector<at::Tensor> rest;
-  while (t.size(dim) > 1) {
-    const int64_t n = t.size(dim), h = n / 2;
-    if (n % 2) rest.push_back(t.narrow(dim, n - 1, 1));
+  while (t.sym_size(dim) > 1) {
+    const c10::SymInt n = t.sym_size(dim), h = n / 2;
+    if (n % 2 == 1) rest.push_back(t.narrow_symint(dim, n - 1, 1));
     if (in_place) {
-      t.narrow(dim, 0, h).add_(t.narrow(dim, h, h));
-      t = t.narrow(dim, 0, h);
+      t.narrow_symint(dim, 0, h).add_(t.narrow_symint(dim, h, h));
+      t = t.narrow_symint(dim, 0, h);
     } else {
-      t = t.narrow(dim, 0, h) + t.narrow(dim, h, h);
+      t = t.narrow_symint(dim, 0, h) + t.narrow_symint(dim, h, h);
     }
   }
   for (const at::Tensor& r : rest) t = in_place ? t.add_(r) : t + r;
@@ -93,21 +95,21 @@ at::Tensor tree_sum(at::Tensor t, int64_t dim, bool in_place) {
 
 // Sums t (x's shape; a temporary the caller gives up) down to `shape`, a shape that broadcasts to
 // it, dimension by dimension in ascending order, each with tree_sum.
-at::Tensor reduce_to(at::Tensor t, at::IntArrayRef shape) {
+at::Tensor reduce_to(at::Tensor t, c10::SymIntArrayRef shape) {
   // (An efficient zero tensor, the product with a zero grad_output, is immutable: summed out of
   // place.)
   const bool in_place = !(at::GradMode::is_enabled() && t.requires_grad()) && !t._is_zerotensor();
   const int64_t lead = t.dim() - static_cast<int64_t>(shape.size());
   bool reduced = false;
   for (int64_t i = 0; i < t.dim(); ++i) {
-    if ((i < lead || shape[static_cast<size_t>(i - lead)] == 1) && t.size(i) != 1) {
+    if ((i < lead || shape[static_cast<size_t>(i - lead)] == 1) && t.sym_size(i) != 1) {
       t = tree_sum(t, i, in_place);
       reduced = true;
     }
   }
-  if (!reduced) return lead > 0 ? t.reshape(shape) : t;
+  if (!reduced) return lead > 0 ? t.reshape_symint(shape) : t;
   // In place, t is a view of the temporary: a copy of the table's size lets the temporary go.
-  return in_place ? t.reshape(shape).clone(at::MemoryFormat::Contiguous) : t.reshape(shape);
+  return in_place ? t.reshape_symint(shape).clone(at::MemoryFormat::Contiguous) : t.reshape_symint(shape);
 }
 
 // reduce_to(g * v, shape) in `acc`, with v = x, or v = x @ y as the forward computes it when `y` is
@@ -115,13 +117,17 @@ at::Tensor reduce_to(at::Tensor t, at::IntArrayRef shape) {
 // but the last that the table keeps: each slice's product and sums stay in cache, where the whole at once made
 // full-size temporaries (x in acc, the products) whose fresh pages cost more than the arithmetic.
 // tree_sum's order depends only on the reduced dims, so the bits are those of the whole at once.
-at::Tensor product_sum(const at::Tensor& g, const at::Tensor& x, const at::Tensor* y, at::IntArrayRef shape,
+// Symbolic sizes (torch.compile with dynamic shapes traces this backward) take the whole at once.
+at::Tensor product_sum(const at::Tensor& g, const at::Tensor& x, const at::Tensor* y, const at::Tensor& table,
                        at::ScalarType acc) {
   const auto product = [&](const at::Tensor& gs, const at::Tensor& xs) {
     if (y == nullptr) return gs.to(acc) * xs;  // promotes xs to acc element by element, exactly
-    const at::Tensor one = at::ones({y->size(0)}, xs.options().dtype(at::kFloat));
+    const at::Tensor one = at::ones_symint({y->sym_size(0)}, xs.options().dtype(at::kFloat));
     return gs.to(acc) * op_rope().call(xs, *y, one, at::zeros_like(one));  // the forward's x @ y
   };
+  const auto symbolic = [](const at::Tensor& t) { return t.unsafeGetTensorImpl()->has_symbolic_sizes_strides(); };
+  if (symbolic(g) || symbolic(x) || symbolic(table)) return reduce_to(product(g, x), table.sym_sizes());
+  const at::IntArrayRef shape = table.sizes();
   constexpr int64_t kSliceBytes = 512 * 1024;
   const int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
   int64_t k = -1;  // never the last dim: x @ y needs whole rows
@@ -131,7 +137,7 @@ at::Tensor product_sum(const at::Tensor& g, const at::Tensor& x, const at::Tenso
   const bool recorded = at::GradMode::is_enabled() &&
                         (g.requires_grad() || x.requires_grad() || (y != nullptr && y->requires_grad()));
   const int64_t elem = at::elementSize(acc);
-  if (recorded || k < 0 || x.numel() * elem <= kSliceBytes) return reduce_to(product(g, x), shape);
+  if (recorded || k < 0 || x.numel() * elem <= kSliceBytes) return reduce_to(product(g, x), table.sym_sizes());
   const int64_t per_index = x.numel() / x.size(k) * elem;
   const int64_t step = std::max<int64_t>(1, kSliceBytes / std::max<int64_t>(per_index, 1));
   at::Tensor out = at::empty(shape, x.options().dtype(acc));
@@ -139,14 +145,17 @@ at::Tensor product_sum(const at::Tensor& g, const at::Tensor& x, const at::Tenso
   for (int64_t c0 = 0; c0 < x.size(k); c0 += step) {
     const int64_t n = std::min(step, x.size(k) - c0);
     part[static_cast<size_t>(k - lead)] = n;
-    out.narrow(k - lead, c0, n).copy_(reduce_to(product(g.narrow(k, c0, n), x.narrow(k, c0, n)), part));
+    out.narrow(k - lead, c0, n)
+        .copy_(reduce_to(product(g.narrow(k, c0, n), x.narrow(k, c0, n)), c10::fromIntArrayRefSlow(part)));
   }
   return out;
 }
 
 // t as [M, D] rows: reshape (which batched gradients, is_grads_batched=True, can take; flatten of
 // a batched tensor has no batching rule), flatten when D = 0 (reshape({-1, 0}) is ambiguous).
-at::Tensor rows(const at::Tensor& t) { return t.size(-1) > 0 ? t.reshape({-1, t.size(-1)}) : t.flatten(0, -2); }
+at::Tensor rows(const at::Tensor& t) {
+  return t.sym_size(-1) > 0 ? t.reshape_symint({-1, t.sym_size(-1)}) : t.flatten(0, -2);
+}
 
 // Sum of the y/sin/cos gradients over (grad_out, x) pairs (pairs with an undefined tensor are
 // skipped). Differentiable: ATen ops and the registered rope_matrix.
@@ -158,8 +167,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> table_grads(
   for (const auto& [g, x] : pairs) {
     if (!g.defined() || !x.defined()) continue;
     const at::ScalarType acc = acc_dtype(x.scalar_type());
-    if (need_cos) add(dcos, product_sum(g, x, nullptr, cos.sizes(), acc));
-    if (need_sin) add(dsin, product_sum(g, x, &y, sin.sizes(), acc));
+    if (need_cos) add(dcos, product_sum(g, x, nullptr, cos, acc));
+    if (need_sin) add(dsin, product_sum(g, x, &y, sin, acc));
     if (need_y) {
       const at::Tensor gs = rows(g.to(acc) * sin.to(acc));  // [M, D]
       add(dy, rows(x.to(acc)).t().mm(gs));

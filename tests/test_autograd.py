@@ -644,3 +644,31 @@ def test_zero_tensor_grad_output_gives_zero_table_grads():
     grads = torch.autograd.grad(OPS.rope_matrix(x, m, s, c), [x, m, s, c], z)
     for got, like in zip(grads, (x, m, s, c)):
         assert got.shape == like.shape and not got.any()
+
+
+@pytest.mark.parametrize("backend,qk", [("aot_eager", False), ("aot_eager", True), ("inductor", False)])
+def test_table_gradients_under_compile_with_dynamic_shapes(backend, qk):
+    """A second sequence length makes torch.compile retrace with a symbolic S; the backward of the
+    table gradients must then trace too (it read concrete sizes and failed to compile), and every
+    gradient must keep the eager bits at each length."""
+    d = 64
+    mat = matrices.get_half_matrix(d)
+    if qk:
+        def fn(q, k, mat, sin, cos):
+            return sum(o.square().sum() for o in ext.rope_matrix_qk(q, k, mat, sin, cos))
+    else:
+        def fn(q, k, mat, sin, cos):
+            return (ext.rope_matrix(q, mat, sin, cos) * k).sum()
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, fullgraph=True, backend=backend)
+    gen = torch.Generator().manual_seed(5)
+    for s in (7, 9, 16, 33):
+        ins = [torch.randn(2, 3, s, d, generator=gen), torch.randn(2, 1 if qk else 3, s, d, generator=gen),
+               mat.clone(), torch.randn(s, d, generator=gen), torch.randn(1, s, d, generator=gen)]
+        eager_ins = [t.clone().requires_grad_() for t in ins]
+        want = torch.autograd.grad(fn(*eager_ins), eager_ins)
+        comp_ins = [t.clone().requires_grad_() for t in ins]
+        got = torch.autograd.grad(compiled(*comp_ins), comp_ins)
+        for name, a, b in zip(("q", "k", "mat", "sin", "cos"), got, want):
+            assert torch.equal(a, b), (s, name)
+    torch._dynamo.reset()
