@@ -230,15 +230,16 @@ struct Entry {
 };
 
 // The shared cache (y contiguous, at most kMaxCachedBytes): a hit moves to the front, a miss is
-// compiled outside the lock and inserted at the front.
-std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y, const uint8_t* data, size_t nbytes) {
+// compiled outside the lock and inserted at the front. `y` is the caller's snapshot of the matrix
+// (its bytes `snap`), so an entry's key and plan come from the same contents.
+std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y, const std::vector<uint8_t>& snap) {
   constexpr size_t kEntries = 8;
   static std::mutex mu;
   static std::vector<Entry> cache;  // most recently used first
   {
     std::lock_guard<std::mutex> lock(mu);
     for (size_t i = 0; i < cache.size(); ++i) {
-      if (cache[i].matches(y, data, nbytes)) {
+      if (cache[i].matches(y, snap.data(), snap.size())) {
         std::rotate(cache.begin(), cache.begin() + i, cache.begin() + i + 1);
         return cache.front().plan;
       }
@@ -246,7 +247,7 @@ std::shared_ptr<const RotatePlan> cached_by_contents(const at::Tensor& y, const 
   }
   auto plan = std::make_shared<const RotatePlan>(make_rotate_plan(y));
   std::lock_guard<std::mutex> lock(mu);
-  cache.insert(cache.begin(), Entry{y.scalar_type(), y.size(0), std::vector<uint8_t>(data, data + nbytes), plan});
+  cache.insert(cache.begin(), Entry{y.scalar_type(), y.size(0), snap, plan});
   if (cache.size() > kEntries) cache.pop_back();
   return plan;
 }
@@ -264,10 +265,15 @@ std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y_in) {
   if (nbytes > kMaxCachedBytes) return std::make_shared<const RotatePlan>(make_rotate_plan(y));
   const auto* data = static_cast<const uint8_t*>(y.const_data_ptr());
   if (last.matches(y, data, nbytes)) return last.plan;
-  std::shared_ptr<const RotatePlan> plan = cached_by_contents(y, data, nbytes);
+  // On a miss the key and the plan are made from one copy of y's bytes: were they read from y
+  // apart, a write to mat during the call (the caller's data race) could store a key with the plan
+  // of other contents, and later calls with that key, race-free ones in any thread, would use it.
+  std::vector<uint8_t> snap(data, data + nbytes);
+  const at::Tensor ys = at::from_blob(snap.data(), y.sizes(), at::TensorOptions().dtype(y.scalar_type()));
+  std::shared_ptr<const RotatePlan> plan = cached_by_contents(ys, snap);
   last.dtype = y.scalar_type();
   last.D = y.size(0);
-  last.bytes.assign(data, data + nbytes);
+  last.bytes = std::move(snap);
   last.plan = plan;
   return plan;
 }

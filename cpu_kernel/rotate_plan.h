@@ -160,7 +160,9 @@ RotatePlan make_rotate_plan(const at::Tensor& y);
 // once; each thread compares with its last matrix first, without taking the cache's lock. Never
 // keyed by address, identity or version counter: a freed and reused buffer, or a write the version
 // counter does not see (through `.data`, as gradcheck perturbs its inputs, or through memory shared
-// with NumPy), cannot return a stale plan.
+// with NumPy), cannot return a stale plan. A miss makes the key and the plan from one copy of y, so
+// a write to y during a call (a data race of the caller's, whose result is then undefined) leaves
+// no entry behind whose plan is not that of its key.
 std::shared_ptr<const RotatePlan> cached_rotate_plan(const at::Tensor& y);
 
 }  // namespace cpu

@@ -114,3 +114,58 @@ def test_write_through_shared_numpy_memory_is_seen():
     check(x, mat, sin, cos)
     arr[4, 4] = np.float32(0.5)  # a dense matrix now
     check(x, mat, sin, cos)
+
+
+@pytest.mark.parametrize("d", [64, 512])
+def test_a_write_racing_a_call_leaves_no_wrong_plan_behind(d):
+    """One thread calls the op with a matrix another thread keeps rewriting (the caller's data race:
+    those calls' results are not checked). Once the race is over, calls with clean copies of the
+    two matrices, in this thread and in new ones, must give their own results: a cache entry whose
+    key was read from the matrix apart from its plan would give another matrix's plan (this failed
+    within a second or two of racing before the key and plan were made from one copy)."""
+    import threading
+    import time
+
+    # x's dtype: a mat of another dtype is converted, and the cache then sees a private copy
+    a, b = mode_matrix("half", [d], dtype=torch.float32), mode_matrix("interleave", [d], dtype=torch.float32)
+    g = torch.Generator().manual_seed(0)
+    x, sin, cos = (torch.randn(1, 1, 4, d, generator=g) for _ in range(3))  # a call that is mostly the plan
+    want_a, want_b = rope_matrix_reference(x, a, sin, cos), rope_matrix_reference(x, b, sin, cos)
+
+    def fresh_thread_results():
+        out = {}
+        t = threading.Thread(target=lambda: out.update(a=op(x, a.clone(), sin, cos), b=op(x, b.clone(), sin, cos)))
+        t.start()
+        t.join()
+        return out["a"], out["b"]
+
+    shared, stop = a.clone(), threading.Event()
+
+    def caller():
+        while not stop.is_set():
+            try:
+                op(x, shared, sin, cos)
+            except ValueError:  # the race may also meet a check of mat's contents: not the point here
+                pass
+
+    def writer():
+        while not stop.is_set():
+            shared.copy_(b)
+            shared.copy_(a)
+
+    threads = [threading.Thread(target=caller), threading.Thread(target=writer)]
+    for t in threads:
+        t.start()
+    deadline, ok = time.monotonic() + 3.0, True
+    try:
+        while ok and time.monotonic() < deadline:
+            time.sleep(0.2)
+            got_a, got_b = fresh_thread_results()
+            ok = torch.equal(got_a, want_a) and torch.equal(got_b, want_b)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    got_a, got_b = fresh_thread_results()
+    assert ok and torch.equal(got_a, want_a) and torch.equal(got_b, want_b)
+    assert torch.equal(op(x, a.clone(), sin, cos), want_a) and torch.equal(op(x, b.clone(), sin, cos), want_b)
