@@ -112,7 +112,10 @@ def wan_rope_tables(
 
 def _wan_build(grids, freqs, seq_len, device, key, grad):
     """wan_rope_tables on a cache miss: the tables, cached under ``key`` unless ``grad``."""
-    fr = (freqs if grad else freqs.detach()).to("cpu")
+    # Cached tables are built from the same copy of freqs that keys them (a write to freqs from
+    # another thread while they are built must not leave a key with another freqs' tables).
+    snap = None if grad else freqs.detach().clone()
+    fr = (freqs if grad else snap).to("cpu")
     if not fr.is_complex():
         raise TypeError(f"wan_rope_tables: freqs must be complex [max_len, D/2], got {fr.dtype}")
     if fr.dim() != 2:
@@ -156,7 +159,7 @@ def _wan_build(grids, freqs, seq_len, device, key, grad):
     out = (cos.to(device), sin.to(device))
     if grad:
         return out
-    _WAN_CACHE[key] = (freqs.detach().clone(), out)
+    _WAN_CACHE[key] = (snap, out)
     while len(_WAN_CACHE) > _WAN_CACHE_SIZE:
         _WAN_CACHE.popitem(last=False)
     return out
