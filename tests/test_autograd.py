@@ -646,7 +646,7 @@ def test_zero_tensor_grad_output_gives_zero_table_grads():
         assert got.shape == like.shape and not got.any()
 
 
-@pytest.mark.parametrize("backend,qk", [("aot_eager", False), ("aot_eager", True), ("inductor", False)])
+@pytest.mark.parametrize("backend,qk", [("aot_eager", False), ("aot_eager", True), ("inductor", False), ("inductor", True)])
 def test_table_gradients_under_compile_with_dynamic_shapes(backend, qk):
     """A second sequence length makes torch.compile retrace with a symbolic S; the backward of the
     table gradients must then trace too (it read concrete sizes and failed to compile), and every

@@ -63,3 +63,17 @@ def test_compiled_graph_keeps_the_op():
     bw = "".join(g.code for g in backend.bw_graphs)
     assert "npu_ops_transformer_ext.rope_matrix_qk" in fw
     assert "npu_ops_transformer_ext.rope_matrix_qk_backward" in bw
+
+
+def test_rotary_embedding_with_dynamic_true_after_building_its_tables():
+    """dynamic=True makes the module's float settings symbolic, so its tables are built before
+    compiling (docs/training.md); every length within them then only slices the cache."""
+    rope = ext.RotaryEmbedding(8, layout="BNSD")
+    rope.tables(64)
+    torch._dynamo.reset()
+    compiled = torch.compile(rope, backend="aot_eager", fullgraph=True, dynamic=True)
+    g = torch.Generator().manual_seed(0)
+    for s in (5, 40, 64):
+        q, k = torch.randn(2, 3, s, 8, generator=g), torch.randn(2, 1, s, 8, generator=g)
+        for a, b in zip(compiled(q, k), rope(q, k)):
+            assert torch.equal(a, b)

@@ -437,3 +437,44 @@ def test_memory_shared_through_two_storage_objects_is_refused():
     want = rope_matrix_reference(x2.clone(), mat, sin.clone(), cos)
     ops.rope_matrix_(x2, mat, sin, cos)
     assert torch.equal(x2, want)
+
+
+def _packed_qkv_in_place(qkv, mat, sin, cos):
+    with torch.no_grad():
+        ops.rope_matrix_(qkv[:, :, 0], mat, sin, cos)  # q: storage offset 0
+        ops.rope_matrix_(qkv[:, :, 1], mat, sin, cos)  # k: storage offset H * D
+    return qkv
+
+
+def test_compiled_inplace_refuses_a_symbolic_storage_offset():
+    """PyTorch 2.13's inductor drops a symbolic storage offset when it writes a custom op's
+    mutation of a view back in place: with a dynamic head count, k = qkv[:, :, 1] was rotated at
+    q's place (q twice, k never). The fake kernel refuses such a view under every backend."""
+    mat = get_half_matrix(8)
+    sin, cos = _tables(5, 8)
+    sin, cos = sin[:, None], cos[:, None]  # BSND tables [S, 1, D]
+    qkv = torch.randn(2, 5, 3, 2, 8)
+    for how in ("dynamic=True", "mark_dynamic(H)"):
+        torch._dynamo.reset()
+        g = torch.compile(_packed_qkv_in_place, fullgraph=True, backend="aot_eager", dynamic=True if how == "dynamic=True" else None)
+        x = qkv.clone()
+        if how == "mark_dynamic(H)":
+            torch._dynamo.mark_dynamic(x, 3)
+        with pytest.raises(Exception, match=r"rope_matrix_: under torch.compile with dynamic shapes, x is a view whose storage offset is symbolic"):
+            g(x, mat, sin, cos)
+        assert torch.equal(x, qkv)  # refused before anything was written
+
+
+def test_compiled_inplace_packed_qkv_with_a_dynamic_sequence_length():
+    """The offsets stay numbers when only S is dynamic (a second length retraces with a symbolic S):
+    inductor then updates q and k in place, each at its own place, with the eager bits."""
+    mat = get_half_matrix(8)
+    torch._dynamo.reset()
+    g = torch.compile(_packed_qkv_in_place, fullgraph=True, backend="inductor")
+    for s in (5, 7, 11):
+        sin, cos = _tables(s, 8)
+        qkv = torch.randn(2, s, 3, 2, 8)
+        want = _packed_qkv_in_place(qkv.clone(), mat, sin[:, None], cos[:, None])
+        got = qkv.clone()
+        g(got, mat, sin[:, None], cos[:, None])  # from the second length on, S is symbolic
+        assert torch.equal(got, want) and not torch.equal(got[:, :, 1], qkv[:, :, 1])

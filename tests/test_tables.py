@@ -1021,3 +1021,28 @@ def test_bool_and_complex_positions_are_refused():
     # integer and float positions stay accepted
     assert rope(q, positions=mask.long()).shape == q.shape
     assert rope(q, positions=mask.float()).shape == q.shape
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_rotary_embedding_exports_with_a_dynamic_sequence_length(strict):
+    """torch.export with a dynamic S (max given) of a module using RotaryEmbedding whose tables are
+    built first for that max: the exported program slices them, and equals eager at other lengths."""
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rope = tables.RotaryEmbedding(8, layout="BNSD")
+
+        def forward(self, q, k):
+            return self.rope(q, k)
+
+    m = Block()
+    m.rope.tables(64)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(2, 3, 7, 8, generator=g), torch.randn(2, 1, 7, 8, generator=g)
+    s = torch.export.Dim("S", min=2, max=64)
+    ep = torch.export.export(m, (q, k), dynamic_shapes={"q": {2: s}, "k": {2: s}}, strict=strict)
+    for n in (5, 20, 64):
+        q2, k2 = torch.randn(2, 3, n, 8, generator=g), torch.randn(2, 1, n, 8, generator=g)
+        for a, b in zip(ep.module()(q2, k2), m(q2, k2)):
+            assert torch.equal(a, b)

@@ -322,7 +322,25 @@ def check_inplace(op: str, x: torch.Tensor, others: tuple = ()) -> None:
         )
 
 
+def _symbolic(n) -> bool:
+    """Whether a size or offset is a symbol of torch.compile's dynamic shapes, not a number."""
+    from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+    return isinstance(n, torch.SymInt) and not is_concrete_int(n)
+
+
 @torch.library.register_fake(f"{_NS}::rope_matrix_")
 def _rope_matrix_inplace_fake(x, mat, sin, cos):
     check_inputs("rope_matrix_", x, mat, sin, cos)
     check_inplace("rope_matrix_", x, (("mat", mat), ("sin", sin), ("cos", cos)))
+    # PyTorch 2.13's inductor, writing an op's mutation of a view back in place, drops a symbolic
+    # storage offset (any custom op that mutates its input: k = qkv[:, :, 1] with a dynamic head
+    # count was then rotated at q's place, q twice). Refused rather than run on the wrong elements.
+    torch._check_value(
+        not _symbolic(x.storage_offset()),
+        lambda: "rope_matrix_: under torch.compile with dynamic shapes, x is a view whose storage "
+        f"offset is symbolic ({x.storage_offset()}, e.g. k = qkv[:, :, 1] with a dynamic head count); "
+        "PyTorch's inductor loses such an offset when it writes the update back, so this is refused: "
+        "use the out-of-place rope_matrix here, or keep the dims before x's first element static "
+        "(torch._dynamo.mark_static, or dynamic=False)",
+    )
