@@ -478,3 +478,26 @@ def test_compiled_inplace_packed_qkv_with_a_dynamic_sequence_length():
         got = qkv.clone()
         g(got, mat, sin[:, None], cos[:, None])  # from the second length on, S is symbolic
         assert torch.equal(got, want) and not torch.equal(got[:, :, 1], qkv[:, :, 1])
+
+
+def test_compiled_inplace_takes_a_view_passed_in_at_any_offset():
+    """A view made outside and passed in: once dynamo makes its sizes dynamic its offset is a symbol
+    of its own, which inductor writes back correctly, so it is not refused (k = qkv[:, :, 1] at
+    offsets 16, 24, 32 as the head count changes, and with only S changing)."""
+    mat = get_half_matrix(8)
+
+    def f(k, sin, cos):
+        with torch.no_grad():
+            ops.rope_matrix_(k.transpose(1, 2), mat, sin.transpose(0, 1), cos.transpose(0, 1))  # as BNSD
+
+    torch._dynamo.reset()
+    g = torch.compile(f, fullgraph=True, backend="inductor")
+    for s, h in ((5, 2), (7, 2), (7, 3), (9, 4)):
+        sin, cos = _tables(s, 8)
+        sin, cos = sin[:, None], cos[:, None]
+        qkv = torch.randn(2, s, 3, h, 8)
+        want = qkv.clone()
+        f(want[:, :, 1], sin, cos)
+        got = qkv.clone()
+        g(got[:, :, 1], sin, cos)
+        assert torch.equal(got, want) and not torch.equal(got[:, :, 1], qkv[:, :, 1])

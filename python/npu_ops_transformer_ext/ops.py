@@ -329,18 +329,34 @@ def _symbolic(n) -> bool:
     return isinstance(n, torch.SymInt) and not is_concrete_int(n)
 
 
+def _an_inputs_own_offset(n) -> bool:
+    """Whether a symbolic storage offset is exactly the offset symbol dynamo gave a graph input
+    (x is then that input, or a transpose or other view of it at the same offset)."""
+    try:
+        from torch._dynamo.source import TensorProperty, TensorPropertySource
+
+        expr = n.node.expr
+        sources = n.node.shape_env.var_to_sources.get(expr, []) if expr.is_Symbol else []
+        return any(isinstance(s, TensorPropertySource) and s.prop == TensorProperty.STORAGE_OFFSET for s in sources)
+    except (ImportError, AttributeError):
+        return False
+
+
 @torch.library.register_fake(f"{_NS}::rope_matrix_")
 def _rope_matrix_inplace_fake(x, mat, sin, cos):
     check_inputs("rope_matrix_", x, mat, sin, cos)
     check_inplace("rope_matrix_", x, (("mat", mat), ("sin", sin), ("cos", cos)))
-    # PyTorch 2.13's inductor, writing an op's mutation of a view back in place, drops a symbolic
-    # storage offset (any custom op that mutates its input: k = qkv[:, :, 1] with a dynamic head
-    # count was then rotated at q's place, q twice). Refused rather than run on the wrong elements.
+    # PyTorch 2.13's inductor, writing an op's mutation of a view made in the graph back in place,
+    # drops a symbolic storage offset (any custom op that mutates its input: k = qkv[:, :, 1] with a
+    # dynamic head count was then rotated at q's place, q twice). Refused rather than run on the
+    # wrong elements. A graph input's own offset (a view passed in, once dynamo has made its sizes
+    # dynamic) is written back correctly and stays allowed.
+    off = x.storage_offset()
     torch._check_value(
-        not _symbolic(x.storage_offset()),
+        not _symbolic(off) or _an_inputs_own_offset(off),
         lambda: "rope_matrix_: under torch.compile with dynamic shapes, x is a view whose storage "
         f"offset is symbolic ({x.storage_offset()}, e.g. k = qkv[:, :, 1] with a dynamic head count); "
         "PyTorch's inductor loses such an offset when it writes the update back, so this is refused: "
-        "use the out-of-place rope_matrix here, or keep the dims before x's first element static "
-        "(torch._dynamo.mark_static, or dynamic=False)",
+        "use the out-of-place rope_matrix here, make the view outside the compiled code and pass it in, "
+        "or keep the dims before x's first element static (torch._dynamo.mark_static, or dynamic=False)",
     )
