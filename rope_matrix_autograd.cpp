@@ -76,7 +76,7 @@ at::ScalarType acc_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDoub
 // nothing is allocated); else slices and adds, differentiable. Both give the same bits.
 at::Tensor tree_sum(at::Tensor t, int64_t dim, bool in_place) {
   // Sizes as SymInts: under torch.compile with dynamic shapes they are symbolic, and each level's
-  // comparison then guards on S (the tree's shape depends on S, so a graph serves that S only).
+  // comparison may then guard on S (the tree's shape depends on S).
   if (t.sym_size(dim) == 0) return t.sum(dim, /*keepdim=*/true);
   std::vector<at::Tensor> rest;
   while (t.sym_size(dim) > 1) {

@@ -464,6 +464,28 @@ def test_compiled_inplace_refuses_a_symbolic_storage_offset():
             g(x, mat, sin, cos)
         assert torch.equal(x, qkv)  # refused before anything was written
 
+    # qkv [3, B, S, H, D]: k = qkv[1] sits B*S*H*D elements in, symbolic once a second length makes
+    # S dynamic (inductor rotated q's place there too)
+    def leading(qkv, mat, sin, cos):
+        with torch.no_grad():
+            ops.rope_matrix_(qkv[0], mat, sin, cos)
+            ops.rope_matrix_(qkv[1], mat, sin, cos)
+
+    torch._dynamo.reset()
+    g = torch.compile(leading, fullgraph=True, backend="aot_eager")
+    for s in (5, 7):
+        sn, cs = _tables(s, 8)
+        x = torch.randn(3, 2, s, 2, 8)
+        want = x.clone()
+        if s == 5:
+            leading(want, mat, sn[:, None], cs[:, None])
+            g(x, mat, sn[:, None], cs[:, None])
+            assert torch.equal(x, want)
+        else:
+            with pytest.raises(Exception, match=r"storage offset is symbolic"):
+                g(x, mat, sn[:, None], cs[:, None])
+            assert torch.equal(x, want)
+
 
 def test_compiled_inplace_packed_qkv_with_a_dynamic_sequence_length():
     """The offsets stay numbers when only S is dynamic (a second length retraces with a symbolic S):

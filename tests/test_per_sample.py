@@ -122,7 +122,7 @@ def _tables_of_more_dims():
     # name: (call, x's dims walked slice by slice off the CPU)
     return {
         "[B, H, S, D] tables, BNSD": (lambda: _per_sample.rope(xb, mat, t4[0], t4[1]), B * H),
-        "[B, S, H, D] tables, BSND": (lambda: _per_sample.rope(xs, mat, ts[0], ts[1]), B * L),
+        "[B, S, H, D] tables, BSND": (lambda: _per_sample.rope(xs, mat, ts[0], ts[1]), B * H),  # S kept: longest
         "[H, S, D] tables of a 4-dim x": (lambda: _per_sample.rope(xb, mat, t3[0], t3[1]), H),
         "sin [B, 1, S, D], cos [1, H, 1, D]": (
             lambda: _per_sample.rope(xb, mat, t4[0][:, :1], t4[1][:1, :, :1]), B * H),

@@ -3,7 +3,7 @@
 The model drop-ins and ``RotaryEmbedding`` build per-sample tables (``[B, 1, S, D]``,
 ``[B, S, 1, D]``) when positions differ between the rows of a batch. The CPU kernel takes any
 tables that broadcast to x; the NPU kernel takes tables that vary along one dim of x only. So off
-the CPU such a call runs slice by slice over every dim of x the tables vary along but the last
+the CPU such a call runs slice by slice over every dim of x the tables vary along but the longest
 (sample by sample along B for the shapes above; over B and H for ``[B, H, S, D]`` tables), each
 slice's tables varying along one dim; anywhere else it is one call.
 """
@@ -26,7 +26,7 @@ def _one_table_dim_only(device: torch.device) -> bool:
 
 def _loop_dims(x: Tensor, tables: tuple[Tensor, ...]) -> list[int]:
     """The dims of x to go through slice by slice: off the CPU, every dim of x (aligned from the
-    right) along which a table varies, except the last such dim; none when that is all one dim
+    right) along which a table varies, except the longest such dim; none when that is all one dim
     (or on the CPU). A table that does not broadcast to x leaves it to the op to refuse."""
     if not _one_table_dim_only(x.device) or x.numel() == 0:
         return []
@@ -41,7 +41,10 @@ def _loop_dims(x: Tensor, tables: tuple[Tensor, ...]) -> list[int]:
                 if n != x.shape[off + i]:
                     return []
                 dims.add(off + i)
-    return sorted(dims)[:-1]
+    # The dim kept in each call is the longest (S, as a rule), so the calls are few and each has
+    # rows to spread over the cores; the others are walked.
+    keep = max(dims, key=lambda d: (x.shape[d], d)) if dims else None
+    return sorted(d for d in dims if d != keep)
 
 
 def _narrow(t: Tensor, rank: int, index: tuple[tuple[int, int], ...]) -> Tensor:
