@@ -48,7 +48,8 @@ def _loop_dims(x: Tensor, tables: tuple[Tensor, ...]) -> list[int]:
 
 
 def _narrow(t: Tensor, rank: int, index: tuple[tuple[int, int], ...]) -> Tensor:
-    """Table ``t``'s part for the slice of an x of ``rank`` dims given as ``(dim, i)`` pairs."""
+    """``t``'s part for the slice of an x of ``rank`` dims given as ``(dim, i)`` pairs: x's own
+    slice for ``t = x`` (its walked dims are longer than 1), a table's where it varies."""
     off = rank - t.dim()
     for d, i in index:
         if d >= off and t.shape[d - off] > 1:
@@ -59,12 +60,6 @@ def _narrow(t: Tensor, rank: int, index: tuple[tuple[int, int], ...]) -> Tensor:
 def _slices(x: Tensor, dims: list[int]):
     """Every slice of ``dims`` of x, as ``(dim, i)`` pairs, in row-major order."""
     return [tuple(zip(dims, idx)) for idx in itertools.product(*(range(x.shape[d]) for d in dims))]
-
-
-def _take(x: Tensor, index: tuple[tuple[int, int], ...]) -> Tensor:
-    for d, i in index:
-        x = x.narrow(d, i, 1)
-    return x
 
 
 def _assemble(parts: list[Tensor], shape: torch.Size, dims: list[int]) -> Tensor:
@@ -82,7 +77,7 @@ def rope(x: Tensor, mat: Tensor, sin: Tensor, cos: Tensor) -> Tensor:
     if not dims:
         return rope_matrix(x, mat, sin, cos)
     r = x.dim()
-    parts = [rope_matrix(_take(x, s), mat, _narrow(sin, r, s), _narrow(cos, r, s)) for s in _slices(x, dims)]
+    parts = [rope_matrix(_narrow(x, r, s), mat, _narrow(sin, r, s), _narrow(cos, r, s)) for s in _slices(x, dims)]
     return _assemble(parts, x.shape, dims)
 
 
@@ -94,7 +89,7 @@ def rope_qk(q: Tensor, k: Tensor, mat: Tensor, sin: Tensor, cos: Tensor) -> tupl
         return rope_matrix_qk(q, k, mat, sin, cos)
     r = q.dim()
     outs = [
-        rope_matrix_qk(_take(q, s), _take(k, s), mat, _narrow(sin, r, s), _narrow(cos, r, s))
+        rope_matrix_qk(_narrow(q, r, s), _narrow(k, r, s), mat, _narrow(sin, r, s), _narrow(cos, r, s))
         for s in _slices(q, dims)
     ]
     return _assemble([o[0] for o in outs], q.shape, dims), _assemble([o[1] for o in outs], k.shape, dims)

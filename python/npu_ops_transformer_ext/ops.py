@@ -355,7 +355,7 @@ def _rope_matrix_inplace_fake(x, mat, sin, cos):
     torch._check_value(
         not _symbolic(off) or _an_inputs_own_offset(off),
         lambda: "rope_matrix_: under torch.compile with dynamic shapes, x is a view whose storage "
-        f"offset is symbolic ({x.storage_offset()}, e.g. k = qkv[:, :, 1] with a dynamic head count); "
+        f"offset is symbolic ({off}, e.g. k = qkv[:, :, 1] with a dynamic head count); "
         "PyTorch's inductor loses such an offset when it writes the update back, so this is refused: "
         "use the out-of-place rope_matrix here, make the view outside the compiled code and pass it in, "
         "or keep the dims before x's first element static (torch._dynamo.mark_static, or dynamic=False)",

@@ -973,12 +973,11 @@ class RotaryEmbedding(torch.nn.Module):
             device = torch.device("cpu") if device is None else torch.device(device)
         if type(offset) is not int:  # the decode loop's int skips the (slower) general check
             _check_offset(offset, "RotaryEmbedding")
-        if isinstance(seq_len, torch.SymInt):
-            pass  # a symbolic length (torch.export with a dynamic S): sliced from the cached tables
-        elif type(seq_len) is not int and (not isinstance(seq_len, numbers.Integral) or isinstance(seq_len, bool)) \
-                or seq_len < 0:
-            raise ValueError(f"RotaryEmbedding.tables: seq_len must be an int >= 0, got {seq_len!r}")
-        seq_len = seq_len if isinstance(seq_len, torch.SymInt) else int(seq_len)
+        if not isinstance(seq_len, torch.SymInt):  # (symbolic under torch.export with a dynamic S)
+            if type(seq_len) is not int and (not isinstance(seq_len, numbers.Integral) or isinstance(seq_len, bool)) \
+                    or seq_len < 0:
+                raise ValueError(f"RotaryEmbedding.tables: seq_len must be an int >= 0, got {seq_len!r}")
+            seq_len = int(seq_len)
         whole = isinstance(offset, int) or float(offset).is_integer()
         hit = self._full(int(offset) + seq_len, device) if whole and offset >= 0 else None
         if hit is None:
