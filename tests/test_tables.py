@@ -748,6 +748,42 @@ def test_for_layout_names_the_table_shapes_it_takes():
             tables.for_layout(bad, "BSND")
 
 
+def test_for_layout_views_broadcast_to_x_of_each_layout():
+    """Every view for_layout returns broadcasts with x of its layout in the op (the result equals
+    the op with the table expanded to x's shape by hand); per-batch tables are refused where x has
+    no batch dim before S."""
+    g = torch.Generator().manual_seed(3)
+    B, S, N, D = 2, 5, 3, 8
+    xs = {"BNSD": torch.randn(B, N, S, D, generator=g), "BSND": torch.randn(B, S, N, D, generator=g),
+          "TND": torch.randn(S, N, D, generator=g), "SBND": torch.randn(S, B, N, D, generator=g),
+          "SD": torch.randn(S, D, generator=g)}
+    mat, rope_matrix = ext.get_half_matrix(D), ext.rope_matrix
+    t2 = tables.rope_1d(S, D)
+    for layout, x in xs.items():
+        cos, sin = tables.for_layout(t2.cos, layout), tables.for_layout(t2.sin, layout)
+        out = rope_matrix(x, mat, sin, cos)
+        full = rope_matrix(x, mat, sin.expand_as(x).contiguous(), cos.expand_as(x).contiguous())
+        assert torch.equal(out, full), layout
+        # position s of x (its dim S) takes table row s
+        sd = {"BNSD": 2, "BSND": 1, "TND": 0, "SBND": 0, "SD": 0}[layout]
+        ref = rope_matrix(x.narrow(sd, S - 2, 1), mat, t2.sin[S - 2 : S - 1], t2.cos[S - 2 : S - 1])
+        assert torch.equal(out.narrow(sd, S - 2, 1), ref), layout
+    tb = tables.rope_1d(torch.arange(B * S).view(B, S), D)
+    for layout in ("BNSD", "BSND"):
+        x = xs[layout]
+        cos, sin = tables.for_layout(tb.cos, layout), tables.for_layout(tb.sin, layout)
+        out = rope_matrix(x, mat, sin, cos)
+        full = rope_matrix(x, mat, sin.expand_as(x).contiguous(), cos.expand_as(x).contiguous())
+        assert torch.equal(out, full), layout
+        # sample 1 of x takes the table rows of sample 1
+        ref = rope_matrix(x[1], mat, tables.for_layout(tb.sin[1], layout), tables.for_layout(tb.cos[1], layout))
+        assert torch.equal(out[1], ref), layout
+    for layout in ("TND", "SBND", "SD"):
+        with pytest.raises(ValueError, match=rf"for_layout: a per-batch table \[B, S, D\] \(\[2, 5, 8\]\) cannot "
+                                             rf"broadcast to {layout}"):
+            tables.for_layout(tb.cos, layout)
+
+
 def test_helpers_name_the_bad_argument():
     """Wrong argument types and ranges in the helpers give an error that names the argument, not
     an AttributeError or IndexError from inside."""
@@ -1046,3 +1082,59 @@ def test_rotary_embedding_exports_with_a_dynamic_sequence_length(strict):
         q2, k2 = torch.randn(2, 3, n, 8, generator=g), torch.randn(2, 1, n, 8, generator=g)
         for a, b in zip(ep.module()(q2, k2), m(q2, k2)):
             assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+@pytest.mark.parametrize("rotary_dim", [None, 4])
+@pytest.mark.parametrize("max_len", [64, None])
+def test_rotary_embedding_exports_without_prebuilt_tables(strict, rotary_dim, max_len):
+    """torch.export with a dynamic S and no tables built: the exported program builds them for the
+    length it is given (in one piece, also past the eager build's row chunks, and padded where
+    rotary_dim < head_dim), equal to eager; the module's cache keeps nothing from the trace."""
+    if strict and max_len is None:
+        pytest.skip("strict export without a maximum and without tables: covered below")
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rope = tables.RotaryEmbedding(8, rotary_dim=rotary_dim, layout="BNSD")
+
+        def forward(self, q, k):
+            return self.rope(q, k)
+
+    m = Block()
+    g = torch.Generator().manual_seed(1)
+    q, k = torch.randn(2, 3, 7, 8, generator=g), torch.randn(2, 1, 7, 8, generator=g)
+    s = torch.export.Dim("S", min=2, max=max_len) if max_len else torch.export.Dim("S", min=2)
+    ep = torch.export.export(m, (q, k), dynamic_shapes={"q": {2: s}, "k": {2: s}}, strict=strict)
+    assert not m.rope._cache
+    lengths = (5, 64) if max_len else (5, 64, tables._FINISH_ROWS + 3)
+    for n in lengths:
+        q2, k2 = torch.randn(2, 3, n, 8, generator=g), torch.randn(2, 1, n, 8, generator=g)
+        eager = tables.RotaryEmbedding(8, rotary_dim=rotary_dim, layout="BNSD")(q2, k2)
+        for a, b in zip(ep.module()(q2, k2), eager):
+            assert torch.equal(a, b)
+    # the module still runs eagerly, from a cache of real tensors
+    for a, b in zip(m(q, k), tables.RotaryEmbedding(8, rotary_dim=rotary_dim, layout="BNSD")(q, k)):
+        assert torch.equal(a, b)
+    assert all(type(v[0].cos) is torch.Tensor for v in m.rope._cache.values())
+
+
+def test_rotary_embedding_export_strict_without_a_maximum_names_the_fix():
+    """Strict export, no maximum, tables built for 64: the cache can serve only up to its length,
+    and PyTorch's error says which maximum to give."""
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rope = tables.RotaryEmbedding(8, layout="BNSD")
+
+        def forward(self, q, k):
+            return self.rope(q, k)
+
+    m = Block()
+    m.rope.tables(64)
+    q, k = torch.randn(2, 3, 7, 8), torch.randn(2, 1, 7, 8)
+    s = torch.export.Dim("S", min=2)
+    with pytest.raises(Exception, match=r"Dim\('S'.*max=80"):
+        torch.export.export(m, (q, k), dynamic_shapes={"q": {2: s}, "k": {2: s}}, strict=True)

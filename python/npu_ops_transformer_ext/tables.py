@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ._per_sample import rope, rope_qk
 from .matrices import compose_matrix, get_half_matrix, get_interleave_matrix
@@ -462,8 +463,14 @@ def _finish(ang_rows, lead: tuple, r: int, head_dim: int, attn: float | Tensor, 
         c, s = torch.cos(ang), torch.sin(ang)
         return (c * attn, s * attn) if scale else (c, s)
 
-    if rows <= _FINISH_ROWS and r == head_dim:  # one piece, no padding (a decode step's tables)
+    # One piece: a small table (a decode step's), or one being traced, whose length may be symbolic
+    # (torch.export with a dynamic S; pieces would need a guard on it).
+    traced = torch.compiler.is_compiling() or not isinstance(rows, int)
+    if traced or (rows <= _FINISH_ROWS and r == head_dim):
         c, s = trig(0, rows)
+        if r < head_dim:  # padded as below
+            c = torch.cat((c, torch.ones(rows, head_dim - r, dtype=c.dtype)), 1)
+            s = torch.cat((s, torch.full((rows, head_dim - r), -0.0, dtype=s.dtype)), 1)
         return RopeTables(c.to(dtype).reshape(shape).to(device), s.to(dtype).reshape(shape).to(device),
                           mat.to(device))
     cos = torch.empty(rows, head_dim, dtype=dtype)
@@ -513,6 +520,8 @@ def _positions(positions, offset, dtype) -> Tensor:
             f"positions must be an int S (positions offset .. offset + S - 1) or a tensor of positions "
             f"[..., S], got {type(positions).__name__} {positions!r}"
         )
+    if isinstance(positions, torch.SymInt):  # a symbolic S (traced by torch.export)
+        return torch.arange(positions, dtype=dtype) + offset
     if isinstance(positions, numbers.Integral):  # int, NumPy integers
         if int(positions) < 0:
             raise ValueError(f"positions: S must be >= 0, got {int(positions)}")
@@ -761,16 +770,22 @@ _SEQ_DIM = {"BNSD": -2, "BSND": -3, "SBND": -4, "TND": -3, "SD": -2}
 
 def for_layout(t: Tensor, layout: str) -> Tensor:
     """View a table ``[S, D]`` or ``[B, S, D]`` so that it broadcasts to x in ``layout``:
-    BNSD -> ``[S, D]`` / ``[B, 1, S, D]``; BSND, TND -> ``[S, 1, D]`` / ``[B, S, 1, D]``;
-    SBND -> ``[S, 1, 1, D]`` (batched tables are not supported for SBND)."""
+    BNSD -> ``[S, D]`` / ``[B, 1, S, D]``; BSND -> ``[S, 1, D]`` / ``[B, S, 1, D]``; TND ->
+    ``[T, 1, D]``; SBND -> ``[S, 1, 1, D]``; SD -> ``[S, D]``. Per-batch tables only for BNSD and
+    BSND: x of the other layouts has no batch dim before S (TND's tokens are packed: its table
+    has a row per token)."""
     if layout not in _SEQ_DIM:
         raise ValueError(f"layout must be one of {sorted(_SEQ_DIM)}, got {layout!r}")
     inner = -_SEQ_DIM[layout] - 2  # singleton dims between S and D
     if t.dim() not in (2, 3):
         raise ValueError(f"for_layout: the table must be [S, D] or [B, S, D], got {list(t.shape)}")
     if t.dim() == 3:
-        if layout == "SBND":
-            raise ValueError("for_layout: per-batch tables [B, S, D] cannot broadcast to SBND")
+        if layout not in ("BNSD", "BSND"):
+            raise ValueError(
+                f"for_layout: a per-batch table [B, S, D] ({list(t.shape)}) cannot broadcast to {layout}, whose x "
+                f"has no batch dim before S; per-batch tables go with BNSD or BSND"
+                + (" (TND: build the table for the packed tokens' positions, [T, D])" if layout == "TND" else "")
+            )
         return t.unsqueeze(1) if layout == "BNSD" else t.unsqueeze(2)
     return t.reshape(t.shape[0], *([1] * inner), t.shape[-1])
 
@@ -939,6 +954,13 @@ class RotaryEmbedding(torch.nn.Module):
         ) != hit[3]:
             hit = None
         have = 0 if hit is None else hit[0].cos.shape[0]
+        if isinstance(end, torch.SymInt) and not torch.compiler.is_dynamo_compiling():
+            # A symbolic length traced outside dynamo (non-strict torch.export): the cache serves
+            # only if it holds every length the range allows, without a guard on the length; else
+            # the caller builds the tables in the graph, uncached (an entry made here would keep
+            # the trace's fake tensors).
+            covered = hit is not None and statically_known_true(end <= have)
+            return hit if covered else None
         if have < end:
             # Geometric growth; the first build has headroom too, so that the decode steps after a
             # prefill of S tokens do not rebuild at once.
