@@ -39,6 +39,20 @@ KERNEL_VARIANTS = [
     ("test_only_flag_unbalanced", "flag-unbalanced", "AIV_"),
     ("test_only_mode2_one_vector_sets_twice", "deadlock", "all cores"),
     ("test_only_flag_15_reserved", "flag-id", "AIC_"),
+    ("test_only_wait_syncall_flag", "flag-id", "AIV_"),
+    ("test_only_event_id_reserved", "event-id", "AIV_"),
+    ("test_only_gather_alias", "gather-alias", "AIV_"),
+    ("test_only_gm_unaligned", "gm-align", "AIV_"),
+    ("test_only_event_double_set", "event-double-set", "AIV_"),
+    ("test_only_event_wait_unset", "event-wait-unset", "AIV_"),
+    ("test_only_pipe_barrier_s", "pipe-barrier", "AIV_"),
+    ("test_only_crosscore_set_on_pipe_s", "flag-pipe", "AIC_"),
+    ("test_only_two_tpipes", "tpipe-multiple", "AIV_"),
+    ("test_only_alloc_before_init", "que-uninit", "AIV_"),
+    ("test_only_free_into_other_queue", "que-foreign-tensor", "AIV_"),
+    ("test_only_vector_count_negative", "vector-count", "AIV_"),
+    ("test_only_vector_partial_overlap", "vector-overlap", "AIV_"),
+    ("test_only_ub_on_cube", "cube-core-ub", "AIC_"),
     ("test_only_datacopy_block_count", "datacopy-range", "AIV_"),
     ("test_only_datacopy_into_vecalc", "datacopy-position", "AIV_"),
     ("test_only_uninitialized_workspace_read", "uninitialized-read", "AIV_"),
@@ -229,3 +243,22 @@ def test_npu_limits_name_argument_and_values():
         ValueError, match=r"mat must be \[D, D\] with D = x.size\(-1\) = 128, got \[64, 64\]"
     ):
         twin.run(x, torch.eye(64, dtype=torch.bfloat16), sin, cos)
+
+
+def test_docs_list_every_rule_the_twin_raises():
+    """Every rule id the twin can stop with (a fail("rule", ...) or Violation(..., "rule", ...) in
+    its sources) is named in docs/kernel.md."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    doc = (root / "docs" / "kernel.md").read_text()
+    ids = set()
+    for src in (root / "twin").rglob("*"):
+        if src.suffix in (".h", ".cpp"):
+            text = src.read_text()
+            ids.update(re.findall(r'fail\(\s*"([a-z0-9-]+)"', text))
+            ids.update(re.findall(r'Violation\(\s*"[^"]*",\s*"([a-z0-9-]+)"', text))
+    assert len(ids) > 40, sorted(ids)
+    missing = sorted(r for r in ids if f"`{r}`" not in doc)
+    assert not missing, f"rules the twin raises but docs/kernel.md does not name: {missing}"

@@ -38,6 +38,20 @@ TEST_ONLY(test_only_deadlock)
 TEST_ONLY(test_only_flag_unbalanced)
 TEST_ONLY(test_only_mode2_one_vector_sets_twice)
 TEST_ONLY(test_only_flag_15_reserved)
+TEST_ONLY(test_only_wait_syncall_flag)
+TEST_ONLY(test_only_event_id_reserved)
+TEST_ONLY(test_only_gather_alias)
+TEST_ONLY(test_only_gm_unaligned)
+TEST_ONLY(test_only_event_double_set)
+TEST_ONLY(test_only_event_wait_unset)
+TEST_ONLY(test_only_pipe_barrier_s)
+TEST_ONLY(test_only_crosscore_set_on_pipe_s)
+TEST_ONLY(test_only_two_tpipes)
+TEST_ONLY(test_only_alloc_before_init)
+TEST_ONLY(test_only_free_into_other_queue)
+TEST_ONLY(test_only_vector_count_negative)
+TEST_ONLY(test_only_vector_partial_overlap)
+TEST_ONLY(test_only_ub_on_cube)
 TEST_ONLY(test_only_datacopy_block_count)
 TEST_ONLY(test_only_datacopy_into_vecalc)
 TEST_ONLY(test_only_uninitialized_workspace_read)
@@ -110,6 +124,20 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_flag_unbalanced", test_only_flag_unbalanced},
       {"test_only_mode2_one_vector_sets_twice", test_only_mode2_one_vector_sets_twice},
       {"test_only_flag_15_reserved", test_only_flag_15_reserved},
+      {"test_only_wait_syncall_flag", test_only_wait_syncall_flag},
+      {"test_only_event_id_reserved", test_only_event_id_reserved},
+      {"test_only_gather_alias", test_only_gather_alias},
+      {"test_only_gm_unaligned", test_only_gm_unaligned},
+      {"test_only_event_double_set", test_only_event_double_set},
+      {"test_only_event_wait_unset", test_only_event_wait_unset},
+      {"test_only_pipe_barrier_s", test_only_pipe_barrier_s},
+      {"test_only_crosscore_set_on_pipe_s", test_only_crosscore_set_on_pipe_s},
+      {"test_only_two_tpipes", test_only_two_tpipes},
+      {"test_only_alloc_before_init", test_only_alloc_before_init},
+      {"test_only_free_into_other_queue", test_only_free_into_other_queue},
+      {"test_only_vector_count_negative", test_only_vector_count_negative},
+      {"test_only_vector_partial_overlap", test_only_vector_partial_overlap},
+      {"test_only_ub_on_cube", test_only_ub_on_cube},
       {"test_only_datacopy_block_count", test_only_datacopy_block_count},
       {"test_only_datacopy_into_vecalc", test_only_datacopy_into_vecalc},
       {"test_only_uninitialized_workspace_read", test_only_uninitialized_workspace_read},

@@ -387,6 +387,9 @@ void Launch::cross_wait(int flag) {
   if (flag < 0 || flag >= static_cast<int>(kFlagIds)) {
     fail("flag-id", str("CrossCoreWaitFlag flagId ", flag, " is outside 0..15"));
   }
+  if (flag >= 11 && flag <= 14) {
+    fail("flag-id", str("CrossCoreWaitFlag flagId ", flag, " is reserved for SyncAll (11..14)"));
+  }
   if (flag == static_cast<int>(kFlagKfc)) {
     fail("flag-id", str("CrossCoreWaitFlag flagId 15 is reserved for the Matmul API's KFC messages"));
   }

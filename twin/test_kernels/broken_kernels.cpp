@@ -220,6 +220,155 @@ BROKEN_ENTRY(test_only_flag_15_reserved) {
   }
 }
 
+// Flags 11..14 belong to SyncAll: a wait on one takes SyncAll's signal.
+BROKEN_ENTRY(test_only_wait_syncall_flag) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    CrossCoreWaitFlag(12);
+  }
+}
+
+// eventID 6 is reserved on A2 (and 7 is TPipe's): a kernel's own SetFlag must not take it.
+BROKEN_ENTRY(test_only_event_id_reserved) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    SetFlag<HardEvent::MTE2_V>(6);
+    WaitFlag<HardEvent::MTE2_V>(6);
+  }
+}
+
+// A Gather whose dst is its src (they must not alias).
+BROKEN_ENTRY(test_only_gather_alias) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TBuf<TPosition::VECCALC> f, o;
+    pipe.InitBuffer(f, 256);
+    pipe.InitBuffer(o, 256);
+    LocalTensor<float> a = f.Get<float>();
+    LocalTensor<uint32_t> off = o.Get<uint32_t>();
+    Gather(a, a, off, 0, 64);
+  }
+}
+
+// A GlobalTensor<float> 2 bytes into x: GM addresses must be aligned to the element size.
+BROKEN_ENTRY(test_only_gm_unaligned) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  GlobalTensor<float> g;
+  g.SetGlobalBuffer((__gm__ float*)(x + 2), 16);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TQue<TPosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 1, 64);
+    LocalTensor<float> t = q.AllocTensor<float>();
+    DataCopy(t, g, 8);
+    q.FreeTensor(t);
+  }
+  (void)c;
+}
+
+// SetFlag twice on one (event, id) without a WaitFlag between: the flag is a bit, not a counter.
+BROKEN_ENTRY(test_only_event_double_set) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    SetFlag<HardEvent::MTE2_V>(0);
+    SetFlag<HardEvent::MTE2_V>(0);
+  }
+}
+
+// WaitFlag with no SetFlag before it: the pipe would wait forever.
+BROKEN_ENTRY(test_only_event_wait_unset) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    WaitFlag<HardEvent::MTE2_V>(0);
+  }
+}
+
+// PipeBarrier on the scalar pipe, which it does not take.
+BROKEN_ENTRY(test_only_pipe_barrier_s) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    PipeBarrier<PIPE_S>();
+  }
+}
+
+// A cross-core set issued on PIPE_S: only V, M, MTE1, MTE2, MTE3 and FIX may issue it.
+BROKEN_ENTRY(test_only_crosscore_set_on_pipe_s) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIC {
+    CrossCoreSetFlag<0x2, PIPE_S>(1);
+  }
+}
+
+// A second TPipe while one is alive on the core.
+BROKEN_ENTRY(test_only_two_tpipes) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    TPipe a;
+    TPipe b;
+  }
+}
+
+// AllocTensor from a queue that InitBuffer never gave a buffer.
+BROKEN_ENTRY(test_only_alloc_before_init) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> q;
+    LocalTensor<float> t = q.AllocTensor<float>();
+    q.FreeTensor(t);
+  }
+}
+
+// A tensor freed into a queue it was not allocated from.
+BROKEN_ENTRY(test_only_free_into_other_queue) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> q1, q2;
+    pipe.InitBuffer(q1, 1, 256);
+    pipe.InitBuffer(q2, 1, 256);
+    LocalTensor<float> t = q1.AllocTensor<float>();
+    q2.FreeTensor(t);
+  }
+}
+
+// A vector op with a negative count.
+BROKEN_ENTRY(test_only_vector_count_negative) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> f;
+    pipe.InitBuffer(f, 256);
+    LocalTensor<float> a = f.Get<float>();
+    Add(a, a, a, -1);
+  }
+}
+
+// A vector op whose dst overlaps a source 32 bytes further on: only dst == src is allowed.
+BROKEN_ENTRY(test_only_vector_partial_overlap) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> f;
+    pipe.InitBuffer(f, 1024);
+    LocalTensor<float> a = f.Get<float>();
+    Duplicate(a, 1.0f, 128);
+    Add(a[8], a, a, 64);
+  }
+}
+
+// A UB queue on the cube core, which has no UB.
+BROKEN_ENTRY(test_only_ub_on_cube) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIC {
+    TPipe pipe;
+    TQue<TPosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 1, 256);
+  }
+}
+
 // One DataCopyPad of 4096 rows: the A2 limit is 4095 blocks per copy.
 BROKEN_ENTRY(test_only_datacopy_block_count) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);

@@ -7,12 +7,16 @@
 
 namespace AscendC {
 
+// A kernel's own SetFlag / WaitFlag: `event-id` also for ids 6 (reserved) and 7 (TPipe's
+// automatic synchronisation), which the API's own code (the Matmul, twin/matmul_pipes.h) may use.
 template <HardEvent event>
 __aicore__ inline void SetFlag(int32_t eventID) {
+  ::twin::check_user_event_id("SetFlag", eventID);
   ::twin::set_flag(static_cast<int>(event), eventID);
 }
 template <HardEvent event>
 __aicore__ inline void WaitFlag(int32_t eventID) {
+  ::twin::check_user_event_id("WaitFlag", eventID);
   ::twin::wait_flag(static_cast<int>(event), eventID);
 }
 template <pipe_t pipe>

@@ -21,6 +21,11 @@ __aicore__ inline void Gather(const LocalTensor<T>& dst, const LocalTensor<T>& s
   dst.check(count, ::twin::Role::VecWrite, "Gather");
   src.check(0, ::twin::Role::VecRead, "Gather (src)");
   const uint64_t srcBytes = static_cast<uint64_t>(src.GetSize()) * sizeof(T);
+  {  // `gather-alias`: dst must not overlap src (Gather.md, 约束说明)
+    const uint64_t d0 = reinterpret_cast<uintptr_t>(dst.ptr()), d1 = d0 + static_cast<uint64_t>(count) * sizeof(T);
+    const uint64_t s0 = reinterpret_cast<uintptr_t>(src.ptr()), s1 = s0 + srcBytes;
+    if (d0 < s1 && s0 < d1) ::twin::fail("gather-alias", "Gather: dst overlaps src (they must not alias)");
+  }
   const uint32_t* off = srcOffset.ptr();
   const uint8_t* base = reinterpret_cast<const uint8_t*>(src.ptr());
   std::vector<T> tmp(count);

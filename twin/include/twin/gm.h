@@ -1,5 +1,5 @@
-// The twin's runtime side of GM tensors: the rules `gm-unregistered`, `gm-out-of-bounds` and
-// `workspace-offset` on every GlobalTensor access (basic_api/kernel_tensor.h calls them).
+// The twin's runtime side of GM tensors: the rules `gm-unregistered`, `gm-out-of-bounds`, `gm-align`
+// and `workspace-offset` on every GlobalTensor access (basic_api/kernel_tensor.h calls them).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +40,10 @@ inline void check_gm_span(int region, const uint8_t* p, bool sized, uint64_t ten
                           uint64_t elems, uint64_t elem, const char* type, uint64_t span, bool write, const char* api) {
   auto& l = launch();
   if (region < 0) fail("gm-unregistered", str(api, ": GlobalTensor used before SetGlobalBuffer"));
+  if (reinterpret_cast<uintptr_t>(p) % elem != 0) {
+    fail("gm-align", str(api, ": GM address ", static_cast<const void*>(p), " is not aligned to its element size (",
+                         elem, " bytes, ", type, ")"));
+  }
   const auto& r = l.region(region);
   const int64_t lo = p - r.base;
   const int64_t hi = lo + static_cast<int64_t>(span);

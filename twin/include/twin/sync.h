@@ -32,6 +32,15 @@ inline bool event_skipped(int e) {
   return (t == CoreType::AIC && vector) || (t == CoreType::AIV && cube);
 }
 
+// A kernel's own eventID: `event-id` for 6 (reserved on A2) and 7 (TPipe's automatic
+// synchronisation); user code takes its ids from AllocEventID / FetchEventID.
+inline void check_user_event_id(const char* api, int32_t id) {
+  if (id == 6 || id == 7) {
+    fail("event-id", str(api, " eventID ", id, id == 6 ? " is reserved on A2" : " is used by TPipe's automatic synchronisation",
+                         ": take event ids from GetTPipePtr()->AllocEventID / FetchEventID"));
+  }
+}
+
 // SetFlag<e>(id): `event-id` (ids 0..7), `event-double-set` (the flag is a bit, not a counter).
 inline void set_flag(int e, int32_t id) {
   tick();
