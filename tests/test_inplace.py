@@ -523,3 +523,65 @@ def test_compiled_inplace_takes_a_view_passed_in_at_any_offset():
         got = qkv.clone()
         g(got[:, :, 1], sin, cos)
         assert torch.equal(got, want) and not torch.equal(got[:, :, 1], qkv[:, :, 1])
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_compiled_wrapper_updates_views_of_an_input_with_a_storage_offset(backend, dynamic):
+    """ext.rope_matrix_ under torch.compile on a view made in the graph of an input that itself has
+    a storage offset: the eager bits at the view's own elements, nothing else written. (Through the
+    registered op, PyTorch 2.13 wrote x[0:1] of an input base[1:3] into base[2].)"""
+    mat = get_half_matrix(8)
+    sin, cos = _tables(1, 8)
+    sin, cos = sin[0], cos[0]
+    for in_lo, in_hi, v_lo, v_hi in ((1, 3, 0, 1), (1, 4, 1, 3), (1, 4, 2, 3), (2, 4, 0, 1), (0, 4, 1, 2)):
+        torch._dynamo.reset()
+
+        def f(x, v_lo=v_lo, v_hi=v_hi):
+            ext.rope_matrix_(x[v_lo:v_hi], mat, sin, cos)
+            return x
+
+        g = torch.compile(f, backend=backend, dynamic=dynamic, fullgraph=True)
+        base = torch.randn(5, 2, 3, 8, generator=torch.Generator().manual_seed(in_lo * 10 + v_lo))
+        orig, want = base.clone(), base.clone()
+        with torch.no_grad():
+            f(want[in_lo:in_hi])  # eager
+        g(base[in_lo:in_hi])
+        assert torch.equal(base, want), (in_lo, in_hi, v_lo, v_hi)
+        assert not torch.equal(base[in_lo + v_lo], orig[in_lo + v_lo])  # the view was updated
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_wrapper_takes_packed_qkv_with_a_dynamic_head_count(backend):
+    """Through ext.rope_matrix_ a view at a symbolic storage offset (k = qkv[:, :, 1], dynamic head
+    count) is updated at its own place, where the registered op refuses it."""
+    mat = get_half_matrix(8)
+    sin, cos = _tables(5, 8)
+    sin, cos = sin[:, None], cos[:, None]
+
+    def f(qkv):
+        ext.rope_matrix_(qkv[:, :, 0], mat, sin, cos)
+        ext.rope_matrix_(qkv[:, :, 1], mat, sin, cos)
+        return qkv
+
+    torch._dynamo.reset()
+    g = torch.compile(f, backend=backend, dynamic=True, fullgraph=True)
+    for h in (2, 3):
+        qkv = torch.randn(2, 5, 3, h, 8)
+        want = f(qkv.clone())
+        got = g(qkv.clone())
+        assert torch.equal(got, want) and not torch.equal(got[:, :, 1], qkv[:, :, 1])
+
+
+def test_inplace_value_op_checks_as_the_in_place_op():
+    """The private op behind the compiled wrapper refuses what rope_matrix_ refuses, with its
+    messages, and otherwise returns rope_matrix's bits."""
+    mat = get_half_matrix(8)
+    x = torch.randn(4, 8)
+    sin, cos = _tables(4, 8)
+    assert torch.equal(ops._rope_matrix_inplace_value(x, mat, sin, cos), ops.rope_matrix(x, mat, sin, cos))
+    buf = torch.randn(2, 4, 8)
+    with pytest.raises(ValueError, match=r"rope_matrix_: x shares memory with cos"):
+        ops._rope_matrix_inplace_value(buf[0], mat, sin, buf[0])
+    with pytest.raises(ValueError, match=r"rope_matrix_: x overlaps itself"):
+        ops._rope_matrix_inplace_value(torch.randn(8).expand(4, 8), mat, sin, cos)

@@ -76,7 +76,20 @@ def rope_matrix_(x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: tor
     no memory with mat, sin or cos (those may be expanded views: they are only read). Both are
     decided exactly from storages, offsets and strides; a refusal says which rule failed. Refuses
     a tensor that requires grad (autograd needs the original x).
+
+    Under ``torch.compile`` it is traced as ``x.copy_(value)`` of the value it would write (same
+    rules, same bits); see the README's "In place" paragraph for why.
     """
+    if torch.compiler.is_compiling() and isinstance(x, torch.Tensor) and not (
+        x.requires_grad or (torch.is_grad_enabled() and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in (mat, sin, cos)))
+    ):
+        # PyTorch 2.13's functionalization writes a mutating custom op's update of a view made in
+        # the graph back at the wrong elements when the graph input it views has a storage offset
+        # (x[0:1] of an input base[1:3] updated base[2]); an aten copy_ into the view is written
+        # back correctly. Same checks, same bits. (x requiring grad: the op refuses it, below.)
+        x.copy_(torch.ops.npu_ops_transformer_ext._rope_matrix_inplace_value(x, mat, sin, cos))
+        return
     torch.ops.npu_ops_transformer_ext.rope_matrix_(x, mat, sin, cos)
 
 
@@ -183,6 +196,13 @@ def check_inputs(
 @torch.library.register_fake(f"{_NS}::rope_matrix")
 def _rope_matrix_fake(x, mat, sin, cos):
     check_inputs("rope_matrix", x, mat, sin, cos)
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@torch.library.register_fake(f"{_NS}::_rope_matrix_inplace_value")
+def _rope_matrix_inplace_value_fake(x, mat, sin, cos):
+    check_inputs("rope_matrix_", x, mat, sin, cos)
+    check_inplace("rope_matrix_", x, (("mat", mat), ("sin", sin), ("cos", cos)))
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
