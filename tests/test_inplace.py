@@ -552,6 +552,28 @@ def test_compiled_wrapper_updates_views_of_an_input_with_a_storage_offset(backen
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_wrapper_updates_column_and_partial_rotary_views_of_a_view_passed_in(backend):
+    """x = base[:, 1] passed in, the graph rotating x[:, :2] (through the registered op PyTorch 2.13
+    lost that update) and x[..., :32] (refused there as a view of D = 0)."""
+    for fn, d in ((lambda x: x[:, :2], 64), (lambda x: x[..., :32], 32)):
+        mat = get_half_matrix(d)
+        sin, cos = _tables(1, d)
+        sin, cos = sin[0], cos[0]
+
+        def f(x, fn=fn, mat=mat, sin=sin, cos=cos):
+            ext.rope_matrix_(fn(x), mat, sin, cos)
+            return x
+
+        torch._dynamo.reset()
+        base = torch.randn(2, 3, 5, 64, generator=torch.Generator().manual_seed(d))
+        orig, want = base.clone(), base.clone()
+        with torch.no_grad():
+            f(want[:, 1])
+        torch.compile(f, backend=backend, fullgraph=True)(base[:, 1])
+        assert torch.equal(base, want) and not torch.equal(base, orig)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 def test_compiled_wrapper_takes_packed_qkv_with_a_dynamic_head_count(backend):
     """Through ext.rope_matrix_ a view at a symbolic storage offset (k = qkv[:, :, 1], dynamic head
     count) is updated at its own place, where the registered op refuses it."""
