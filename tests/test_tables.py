@@ -1138,3 +1138,26 @@ def test_rotary_embedding_export_strict_without_a_maximum_names_the_fix():
     s = torch.export.Dim("S", min=2)
     with pytest.raises(Exception, match=r"Dim\('S'.*max=80"):
         torch.export.export(m, (q, k), dynamic_shapes={"q": {2: s}, "k": {2: s}}, strict=True)
+
+
+def test_builders_refuse_a_packed_dtype_and_name_bad_inv_freq_arguments():
+    """The packed float4 dtype (two values per element) is refused by the matrix and table builders
+    and RotaryEmbedding with their own message, not torch's "not implemented" from inside; a
+    non-int dim or non-number theta of rope_inv_freq is named."""
+    f4 = getattr(torch, "float4_e2m1fn_x2", None)
+    if f4 is not None:
+        for call in (lambda: ext.get_half_matrix(8, dtype=f4), lambda: ext.get_interleave_matrix(8, dtype=f4),
+                     lambda: tables.rope_1d(4, 8, mat_dtype=f4)):
+            with pytest.raises(TypeError, match=r"dtype must be a real dtype .*not a packed one.*float4_e2m1fn_x2"):
+                call()
+        with pytest.raises(TypeError, match=r"dtype of the tables must be a floating dtype \(not a packed one: two values per element\)"):
+            tables.rope_1d(4, 8, dtype=f4)
+        with pytest.raises(TypeError, match=r"RotaryEmbedding: table_dtype must be .*not a packed one"):
+            tables.RotaryEmbedding(8, layout="BNSD", table_dtype=f4)
+    with pytest.raises(TypeError, match=r"rope_inv_freq: dim must be an int, got str '8'"):
+        tables.rope_inv_freq("8")
+    with pytest.raises(TypeError, match=r"rope_inv_freq: theta \(the base\) must be a real number, got str '1e4'"):
+        tables.rope_inv_freq(8, "1e4")
+    import numpy as np
+    inv, _ = tables.rope_inv_freq(np.int64(8))
+    assert torch.equal(inv, tables.rope_inv_freq(8)[0])

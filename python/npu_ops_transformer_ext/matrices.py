@@ -16,6 +16,8 @@ import operator
 
 import torch
 
+from .ops import _PACKED
+
 __all__ = [
     "compose_matrix",
     "get_half_matrix",
@@ -48,10 +50,10 @@ def _check_n(n: int, multiple: int, name: str, dtype: torch.dtype) -> int:
     n = operator.index(n)
     if n <= 0 or n % multiple:
         raise ValueError(f"{name}: n must be a positive multiple of {multiple}, got {n}")
-    if not isinstance(dtype, torch.dtype) or dtype.is_complex or not dtype.is_signed:
+    if not isinstance(dtype, torch.dtype) or dtype.is_complex or not dtype.is_signed or dtype in _PACKED:
         raise TypeError(
             f"{name}: dtype must be a real dtype that holds -1 (a floating dtype or a signed integer "
-            f"dtype), got {dtype}"
+            f"dtype, not a packed one), got {dtype}"
         )
     return n
 

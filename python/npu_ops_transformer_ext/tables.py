@@ -40,6 +40,7 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ._per_sample import rope, rope_qk
 from .matrices import compose_matrix, get_half_matrix, get_interleave_matrix
+from .ops import _PACKED
 
 __all__ = [
     "FLUX_SPLIT",
@@ -165,8 +166,12 @@ def rope_inv_freq(
       ``sqrt(1 + ln(factor) / ln(L))`` (1 for ``factor <= 1``), ``factor`` defaulting to
       ``max_position_embeddings / L``.
     """
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+        raise TypeError(f"rope_inv_freq: dim must be an int, got {type(dim).__name__} {dim!r}")
     if dim <= 0 or dim % 2:
         raise ValueError(f"rope_inv_freq: dim must be a positive even number, got {dim}")
+    if not _is_number(theta):
+        raise TypeError(f"rope_inv_freq: theta (the base) must be a real number, got {type(theta).__name__} {theta!r}")
     _check_freqs_dtype(dtype, "rope_inv_freq: dtype")
     kind = _kind(scaling)  # refuses a scaling that is not a mapping
     idx = torch.arange(0, dim, 2, dtype=dtype)
@@ -452,8 +457,9 @@ def _finish(ang_rows, lead: tuple, r: int, head_dim: int, attn: float | Tensor, 
     flattened ``lead`` dims; they are converted ``_FINISH_ROWS`` rows at a time into the output.
     ``attn``: the attention factor, one for all dims or one per rotated dim (``[r]``, rope_nd's
     axes)."""
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype of the tables must be a floating dtype, got {dtype}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype in _PACKED:
+        packed = " (not a packed one: two values per element)" if dtype in _PACKED else ""
+        raise TypeError(f"dtype of the tables must be a floating dtype{packed}, got {dtype}")
     rows = math.prod(lead)
     scale = isinstance(attn, Tensor) or attn != 1.0
     shape = (*lead, head_dim)
@@ -857,8 +863,9 @@ class RotaryEmbedding(torch.nn.Module):
         if not (_is_number(theta) and math.isfinite(theta) and theta > 0):
             raise ValueError(f"RotaryEmbedding: theta (the base) must be a finite number > 0, got {theta!r}")
         _check_freqs_dtype(freqs_dtype, "RotaryEmbedding: freqs_dtype")
-        if not isinstance(table_dtype, torch.dtype) or not table_dtype.is_floating_point:
-            raise TypeError(f"RotaryEmbedding: table_dtype must be a floating dtype, got {table_dtype}")
+        if not isinstance(table_dtype, torch.dtype) or not table_dtype.is_floating_point or table_dtype in _PACKED:
+            packed = " (not a packed one: two values per element)" if table_dtype in _PACKED else ""
+            raise TypeError(f"RotaryEmbedding: table_dtype must be a floating dtype{packed}, got {table_dtype}")
         kind = _kind(scaling)  # a bad scaling is refused here, not at the first call
         if kind not in _KINDS:
             raise ValueError(f"RotaryEmbedding: unknown scaling type {kind!r}; expected one of {', '.join(_KINDS)}")
