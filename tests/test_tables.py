@@ -1091,9 +1091,6 @@ def test_rotary_embedding_exports_without_prebuilt_tables(strict, rotary_dim, ma
     """torch.export with a dynamic S and no tables built: the exported program builds them for the
     length it is given (in one piece, also past the eager build's row chunks, and padded where
     rotary_dim < head_dim), equal to eager; the module's cache keeps nothing from the trace."""
-    if strict and max_len is None:
-        pytest.skip("strict export without a maximum and without tables: covered below")
-
     class Block(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -1161,3 +1158,5 @@ def test_builders_refuse_a_packed_dtype_and_name_bad_inv_freq_arguments():
     import numpy as np
     inv, _ = tables.rope_inv_freq(np.int64(8))
     assert torch.equal(inv, tables.rope_inv_freq(8)[0])
+    assert torch.equal(tables.rope_inv_freq(torch.tensor(8), torch.tensor(1e4))[0], inv)
+    assert torch.equal(tables.rope_1d(4, 8, theta=torch.tensor(500.0)).cos, tables.rope_1d(4, 8, theta=500.0).cos)

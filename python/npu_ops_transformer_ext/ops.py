@@ -77,8 +77,8 @@ def rope_matrix_(x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: tor
     decided exactly from storages, offsets and strides; a refusal says which rule failed. Refuses
     a tensor that requires grad (autograd needs the original x).
 
-    Under ``torch.compile`` it is traced as ``x.copy_(value)`` of the value it would write (same
-    rules, same bits); see the README's "In place" paragraph for why.
+    Under ``torch.compile``, when nothing requires grad, it is traced as ``x.copy_(value)`` of the
+    value it would write (same rules, same bits); see the README's "In place" paragraph for why.
     """
     if torch.compiler.is_compiling() and isinstance(x, torch.Tensor) and not (
         x.requires_grad or (torch.is_grad_enabled() and any(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import math
 import numbers
+import operator
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -166,10 +167,13 @@ def rope_inv_freq(
       ``sqrt(1 + ln(factor) / ln(L))`` (1 for ``factor <= 1``), ``factor`` defaulting to
       ``max_position_embeddings / L``.
     """
-    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+    if isinstance(dim, bool) or not hasattr(dim, "__index__"):  # int, NumPy or 0-dim integer tensor
         raise TypeError(f"rope_inv_freq: dim must be an int, got {type(dim).__name__} {dim!r}")
+    dim = operator.index(dim)
     if dim <= 0 or dim % 2:
         raise ValueError(f"rope_inv_freq: dim must be a positive even number, got {dim}")
+    if isinstance(theta, Tensor) and theta.numel() == 1 and not theta.is_complex():
+        theta = theta.item()
     if not _is_number(theta):
         raise TypeError(f"rope_inv_freq: theta (the base) must be a real number, got {type(theta).__name__} {theta!r}")
     _check_freqs_dtype(dtype, "rope_inv_freq: dtype")
