@@ -43,6 +43,8 @@ KERNEL_VARIANTS = [
     ("test_only_event_id_reserved", "event-id", "AIV_"),
     ("test_only_gather_alias", "gather-alias", "AIV_"),
     ("test_only_gm_unaligned", "gm-align", "AIV_"),
+    ("test_only_default_local_tensor", "ub-invalid-tensor", "AIV_"),
+    ("test_only_alloc_without_tpipe", "no-tpipe", "AIV_"),
     ("test_only_event_double_set", "event-double-set", "AIV_"),
     ("test_only_event_wait_unset", "event-wait-unset", "AIV_"),
     ("test_only_pipe_barrier_s", "pipe-barrier", "AIV_"),

@@ -42,6 +42,8 @@ TEST_ONLY(test_only_wait_syncall_flag)
 TEST_ONLY(test_only_event_id_reserved)
 TEST_ONLY(test_only_gather_alias)
 TEST_ONLY(test_only_gm_unaligned)
+TEST_ONLY(test_only_default_local_tensor)
+TEST_ONLY(test_only_alloc_without_tpipe)
 TEST_ONLY(test_only_event_double_set)
 TEST_ONLY(test_only_event_wait_unset)
 TEST_ONLY(test_only_pipe_barrier_s)
@@ -128,6 +130,8 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_event_id_reserved", test_only_event_id_reserved},
       {"test_only_gather_alias", test_only_gather_alias},
       {"test_only_gm_unaligned", test_only_gm_unaligned},
+      {"test_only_default_local_tensor", test_only_default_local_tensor},
+      {"test_only_alloc_without_tpipe", test_only_alloc_without_tpipe},
       {"test_only_event_double_set", test_only_event_double_set},
       {"test_only_event_wait_unset", test_only_event_wait_unset},
       {"test_only_pipe_barrier_s", test_only_pipe_barrier_s},

@@ -369,6 +369,26 @@ BROKEN_ENTRY(test_only_ub_on_cube) {
   }
 }
 
+// A vector op on a LocalTensor that no TQue/TBuf gave out (default-constructed).
+BROKEN_ENTRY(test_only_default_local_tensor) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    LocalTensor<float> a;
+    Duplicate(a, 1.0f, 8);
+  }
+}
+
+// A queue used with no TPipe alive on the core.
+BROKEN_ENTRY(test_only_alloc_without_tpipe) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    TQue<TPosition::VECIN, 1> q;
+    LocalTensor<float> t = q.AllocTensor<float>();
+    q.FreeTensor(t);
+  }
+}
+
 // One DataCopyPad of 4096 rows: the A2 limit is 4095 blocks per copy.
 BROKEN_ENTRY(test_only_datacopy_block_count) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
