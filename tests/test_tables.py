@@ -1059,20 +1059,23 @@ def test_bool_and_complex_positions_are_refused():
     assert rope(q, positions=mask.float()).shape == q.shape
 
 
+class _RopeBlock(torch.nn.Module):
+    """A module applying RotaryEmbedding (head dim 8, BNSD) to q and k, for the export tests."""
+
+    def __init__(self, rotary_dim=None):
+        super().__init__()
+        self.rope = tables.RotaryEmbedding(8, rotary_dim=rotary_dim, layout="BNSD")
+
+    def forward(self, q, k):
+        return self.rope(q, k)
+
+
 @pytest.mark.parametrize("strict", [True, False])
 def test_rotary_embedding_exports_with_a_dynamic_sequence_length(strict):
     """torch.export with a dynamic S (max given) of a module using RotaryEmbedding whose tables are
     built first for that max: the exported program slices them, and equals eager at other lengths."""
 
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.rope = tables.RotaryEmbedding(8, layout="BNSD")
-
-        def forward(self, q, k):
-            return self.rope(q, k)
-
-    m = Block()
+    m = _RopeBlock()
     m.rope.tables(64)
     g = torch.Generator().manual_seed(0)
     q, k = torch.randn(2, 3, 7, 8, generator=g), torch.randn(2, 1, 7, 8, generator=g)
@@ -1091,15 +1094,7 @@ def test_rotary_embedding_exports_without_prebuilt_tables(strict, rotary_dim, ma
     """torch.export with a dynamic S and no tables built: the exported program builds them for the
     length it is given (in one piece, also past the eager build's row chunks, and padded where
     rotary_dim < head_dim), equal to eager; the module's cache keeps nothing from the trace."""
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.rope = tables.RotaryEmbedding(8, rotary_dim=rotary_dim, layout="BNSD")
-
-        def forward(self, q, k):
-            return self.rope(q, k)
-
-    m = Block()
+    m = _RopeBlock(rotary_dim)
     g = torch.Generator().manual_seed(1)
     q, k = torch.randn(2, 3, 7, 8, generator=g), torch.randn(2, 1, 7, 8, generator=g)
     s = torch.export.Dim("S", min=2, max=max_len) if max_len else torch.export.Dim("S", min=2)
@@ -1108,11 +1103,11 @@ def test_rotary_embedding_exports_without_prebuilt_tables(strict, rotary_dim, ma
     lengths = (5, 64) if max_len else (5, 64, tables._FINISH_ROWS + 3)
     for n in lengths:
         q2, k2 = torch.randn(2, 3, n, 8, generator=g), torch.randn(2, 1, n, 8, generator=g)
-        eager = tables.RotaryEmbedding(8, rotary_dim=rotary_dim, layout="BNSD")(q2, k2)
+        eager = _RopeBlock(rotary_dim)(q2, k2)
         for a, b in zip(ep.module()(q2, k2), eager):
             assert torch.equal(a, b)
     # the module still runs eagerly, from a cache of real tensors
-    for a, b in zip(m(q, k), tables.RotaryEmbedding(8, rotary_dim=rotary_dim, layout="BNSD")(q, k)):
+    for a, b in zip(m(q, k), _RopeBlock(rotary_dim)(q, k)):
         assert torch.equal(a, b)
     assert all(type(v[0].cos) is torch.Tensor for v in m.rope._cache.values())
 
@@ -1121,15 +1116,7 @@ def test_rotary_embedding_export_strict_without_a_maximum_names_the_fix():
     """Strict export, no maximum, tables built for 64: the cache can serve only up to its length,
     and PyTorch's error says which maximum to give."""
 
-    class Block(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.rope = tables.RotaryEmbedding(8, layout="BNSD")
-
-        def forward(self, q, k):
-            return self.rope(q, k)
-
-    m = Block()
+    m = _RopeBlock()
     m.rope.tables(64)
     q, k = torch.randn(2, 3, 7, 8), torch.randn(2, 1, 7, 8)
     s = torch.export.Dim("S", min=2)

@@ -105,6 +105,13 @@ def _check_freqs_dtype(dtype, what: str) -> None:
         raise TypeError(f"{what} must be torch.float64 or torch.float32 (the dtype the angles are computed in), got {dtype}")
 
 
+def _check_table_dtype(dtype, what: str) -> None:
+    """A dtype the tables can be rounded to: floating, and not a packed one."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype in _PACKED:
+        packed = " (not a packed one: two values per element)" if dtype in _PACKED else ""
+        raise TypeError(f"{what} must be a floating dtype{packed}, got {dtype}")
+
+
 def _get(scaling: Mapping, *names, default=None):
     for n in names:
         if n in scaling and scaling[n] is not None:
@@ -461,9 +468,7 @@ def _finish(ang_rows, lead: tuple, r: int, head_dim: int, attn: float | Tensor, 
     flattened ``lead`` dims; they are converted ``_FINISH_ROWS`` rows at a time into the output.
     ``attn``: the attention factor, one for all dims or one per rotated dim (``[r]``, rope_nd's
     axes)."""
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point or dtype in _PACKED:
-        packed = " (not a packed one: two values per element)" if dtype in _PACKED else ""
-        raise TypeError(f"dtype of the tables must be a floating dtype{packed}, got {dtype}")
+    _check_table_dtype(dtype, "dtype of the tables")
     rows = math.prod(lead)
     scale = isinstance(attn, Tensor) or attn != 1.0
     shape = (*lead, head_dim)
@@ -867,9 +872,7 @@ class RotaryEmbedding(torch.nn.Module):
         if not (_is_number(theta) and math.isfinite(theta) and theta > 0):
             raise ValueError(f"RotaryEmbedding: theta (the base) must be a finite number > 0, got {theta!r}")
         _check_freqs_dtype(freqs_dtype, "RotaryEmbedding: freqs_dtype")
-        if not isinstance(table_dtype, torch.dtype) or not table_dtype.is_floating_point or table_dtype in _PACKED:
-            packed = " (not a packed one: two values per element)" if table_dtype in _PACKED else ""
-            raise TypeError(f"RotaryEmbedding: table_dtype must be a floating dtype{packed}, got {table_dtype}")
+        _check_table_dtype(table_dtype, "RotaryEmbedding: table_dtype")
         kind = _kind(scaling)  # a bad scaling is refused here, not at the first call
         if kind not in _KINDS:
             raise ValueError(f"RotaryEmbedding: unknown scaling type {kind!r}; expected one of {', '.join(_KINDS)}")

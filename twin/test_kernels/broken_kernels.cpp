@@ -254,7 +254,6 @@ BROKEN_ENTRY(test_only_gather_alias) {
 // A GlobalTensor<float> 2 bytes into x: GM addresses must be aligned to the element size.
 BROKEN_ENTRY(test_only_gm_unaligned) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
-  Ctx c = load(x, out, tiling);
   GlobalTensor<float> g;
   g.SetGlobalBuffer((__gm__ float*)(x + 2), 16);
   TPipe pipe;
@@ -265,7 +264,6 @@ BROKEN_ENTRY(test_only_gm_unaligned) {
     DataCopy(t, g, 8);
     q.FreeTensor(t);
   }
-  (void)c;
 }
 
 // SetFlag twice on one (event, id) without a WaitFlag between: the flag is a bit, not a counter.
