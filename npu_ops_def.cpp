@@ -13,7 +13,7 @@ TORCH_LIBRARY(npu_ops_transformer_ext, m) {
   // In-place: x <- rope_matrix(x, mat, sin, cos).
   m.def("rope_matrix_(Tensor(a!) x, Tensor mat, Tensor sin, Tensor cos) -> ()");
   // rope_matrix_'s checks, then rope_matrix: what rope_matrix_ would write into x, as a new tensor
-  // (rope_matrix_inplace_value.cpp; the Python rope_matrix_ runs as a copy_ of it under torch.compile).
+  // (rope_matrix_functionalize.cpp: rope_matrix_ under functionalization, e.g. torch.compile).
   m.def("_rope_matrix_inplace_value(Tensor x, Tensor mat, Tensor sin, Tensor cos) -> Tensor");
   // x-gradients used by autograd (implemented in Python, autograd.py, on top of the ops above):
   // grad * cos + (grad * sin) @ mat^T, one rope_matrix(grad, mat^T, sin', cos) call where possible.

@@ -446,45 +446,56 @@ def _packed_qkv_in_place(qkv, mat, sin, cos):
     return qkv
 
 
-def test_compiled_inplace_refuses_a_symbolic_storage_offset():
-    """PyTorch 2.13's inductor drops a symbolic storage offset when it writes a custom op's
-    mutation of a view back in place: with a dynamic head count, k = qkv[:, :, 1] was rotated at
-    q's place (q twice, k never). The fake kernel refuses such a view under every backend."""
+# The Python function and the registered op: under torch.compile both reach the op's Functionalize
+# kernel (rope_matrix_functionalize.cpp).
+_IN_PLACE = pytest.mark.parametrize(
+    "inplace", [ext.rope_matrix_, torch.ops.npu_ops_transformer_ext.rope_matrix_], ids=["python", "registered_op"]
+)
+
+
+@_IN_PLACE
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_inplace_updates_views_at_a_symbolic_storage_offset(backend, inplace):
+    """Views made in the graph whose storage offset is symbolic: k = qkv[:, :, 1] with a dynamic
+    head count, and qkv[1] of qkv [3, B, S, H, D] once a second length makes S dynamic. Each is
+    updated at its own place with the eager bits (through auto_functionalized_v2, PyTorch 2.13's
+    inductor rotated q's place twice and k never)."""
     mat = get_half_matrix(8)
     sin, cos = _tables(5, 8)
     sin, cos = sin[:, None], cos[:, None]  # BSND tables [S, 1, D]
-    qkv = torch.randn(2, 5, 3, 2, 8)
+
+    def packed(qkv):
+        inplace(qkv[:, :, 0], mat, sin, cos)
+        inplace(qkv[:, :, 1], mat, sin, cos)
+
     for how in ("dynamic=True", "mark_dynamic(H)"):
         torch._dynamo.reset()
-        g = torch.compile(_packed_qkv_in_place, fullgraph=True, backend="aot_eager", dynamic=True if how == "dynamic=True" else None)
-        x = qkv.clone()
-        if how == "mark_dynamic(H)":
-            torch._dynamo.mark_dynamic(x, 3)
-        with pytest.raises(Exception, match=r"rope_matrix_: under torch.compile with dynamic shapes, x is a view whose storage offset is symbolic"):
-            g(x, mat, sin, cos)
-        assert torch.equal(x, qkv)  # refused before anything was written
+        g = torch.compile(packed, fullgraph=True, backend=backend, dynamic=True if how == "dynamic=True" else None)
+        for h in (2, 3):
+            qkv = torch.randn(2, 5, 3, h, 8)
+            want, got = qkv.clone(), qkv.clone()
+            if how == "mark_dynamic(H)":
+                torch._dynamo.mark_dynamic(got, 3)
+            with torch.no_grad():
+                packed(want)
+            g(got)
+            assert torch.equal(got, want) and not torch.equal(got[:, :, 1], qkv[:, :, 1]), (how, h)
+            assert torch.equal(got[:, :, 2], qkv[:, :, 2])  # v untouched
 
-    # qkv [3, B, S, H, D]: k = qkv[1] sits B*S*H*D elements in, symbolic once a second length makes
-    # S dynamic (inductor rotated q's place there too)
-    def leading(qkv, mat, sin, cos):
-        with torch.no_grad():
-            ops.rope_matrix_(qkv[0], mat, sin, cos)
-            ops.rope_matrix_(qkv[1], mat, sin, cos)
+    def leading(qkv, sn, cs):
+        inplace(qkv[0], mat, sn, cs)
+        inplace(qkv[1], mat, sn, cs)
 
     torch._dynamo.reset()
-    g = torch.compile(leading, fullgraph=True, backend="aot_eager")
-    for s in (5, 7):
+    g = torch.compile(leading, fullgraph=True, backend=backend)
+    for s in (5, 7, 9):  # from the second length on, S and so qkv[1]'s offset are symbolic
         sn, cs = _tables(s, 8)
-        x = torch.randn(3, 2, s, 2, 8)
-        want = x.clone()
-        if s == 5:
-            leading(want, mat, sn[:, None], cs[:, None])
-            g(x, mat, sn[:, None], cs[:, None])
-            assert torch.equal(x, want)
-        else:
-            with pytest.raises(Exception, match=r"storage offset is symbolic"):
-                g(x, mat, sn[:, None], cs[:, None])
-            assert torch.equal(x, want)
+        orig = torch.randn(3, 2, s, 2, 8)
+        x, want = orig.clone(), orig.clone()
+        with torch.no_grad():
+            leading(want, sn[:, None], cs[:, None])
+        g(x, sn[:, None], cs[:, None])
+        assert torch.equal(x, want) and not torch.equal(x[1], orig[1]) and torch.equal(x[2], orig[2]), s
 
 
 def test_compiled_inplace_packed_qkv_with_a_dynamic_sequence_length():
@@ -525,12 +536,13 @@ def test_compiled_inplace_takes_a_view_passed_in_at_any_offset():
         assert torch.equal(got, want) and not torch.equal(got[:, :, 1], qkv[:, :, 1])
 
 
+@_IN_PLACE
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
 @pytest.mark.parametrize("dynamic", [None, True])
-def test_compiled_wrapper_updates_views_of_an_input_with_a_storage_offset(backend, dynamic):
-    """ext.rope_matrix_ under torch.compile on a view made in the graph of an input that itself has
-    a storage offset: the eager bits at the view's own elements, nothing else written. (Through the
-    registered op, PyTorch 2.13 wrote x[0:1] of an input base[1:3] into base[2].)"""
+def test_compiled_inplace_updates_views_of_an_input_with_a_storage_offset(backend, dynamic, inplace):
+    """rope_matrix_ under torch.compile on a view made in the graph of an input that itself has a
+    storage offset: the eager bits at the view's own elements, nothing else written. (Through
+    auto_functionalized_v2, PyTorch 2.13 wrote x[0:1] of an input base[1:3] into base[2].)"""
     mat = get_half_matrix(8)
     sin, cos = _tables(1, 8)
     sin, cos = sin[0], cos[0]
@@ -538,7 +550,7 @@ def test_compiled_wrapper_updates_views_of_an_input_with_a_storage_offset(backen
         torch._dynamo.reset()
 
         def f(x, v_lo=v_lo, v_hi=v_hi):
-            ext.rope_matrix_(x[v_lo:v_hi], mat, sin, cos)
+            inplace(x[v_lo:v_hi], mat, sin, cos)
             return x
 
         g = torch.compile(f, backend=backend, dynamic=dynamic, fullgraph=True)
@@ -551,17 +563,18 @@ def test_compiled_wrapper_updates_views_of_an_input_with_a_storage_offset(backen
         assert not torch.equal(base[in_lo + v_lo], orig[in_lo + v_lo])  # the view was updated
 
 
+@_IN_PLACE
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_compiled_wrapper_updates_column_and_partial_rotary_views_of_a_view_passed_in(backend):
-    """x = base[:, 1] passed in, the graph rotating x[:, :2] (through the registered op PyTorch 2.13
-    lost that update) and x[..., :32] (refused there as a view of D = 0)."""
+def test_compiled_inplace_updates_column_and_partial_rotary_views_of_a_view_passed_in(backend, inplace):
+    """x = base[:, 1] passed in, the graph rotating x[:, :2] (through auto_functionalized_v2 PyTorch
+    2.13 lost that update) and x[..., :32] (refused there as a view of D = 0)."""
     for fn, d in ((lambda x: x[:, :2], 64), (lambda x: x[..., :32], 32)):
         mat = get_half_matrix(d)
         sin, cos = _tables(1, d)
         sin, cos = sin[0], cos[0]
 
         def f(x, fn=fn, mat=mat, sin=sin, cos=cos):
-            ext.rope_matrix_(fn(x), mat, sin, cos)
+            inplace(fn(x), mat, sin, cos)
             return x
 
         torch._dynamo.reset()
@@ -573,31 +586,9 @@ def test_compiled_wrapper_updates_column_and_partial_rotary_views_of_a_view_pass
         assert torch.equal(base, want) and not torch.equal(base, orig)
 
 
-@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
-def test_compiled_wrapper_takes_packed_qkv_with_a_dynamic_head_count(backend):
-    """Through ext.rope_matrix_ a view at a symbolic storage offset (k = qkv[:, :, 1], dynamic head
-    count) is updated at its own place, where the registered op refuses it."""
-    mat = get_half_matrix(8)
-    sin, cos = _tables(5, 8)
-    sin, cos = sin[:, None], cos[:, None]
-
-    def f(qkv):
-        ext.rope_matrix_(qkv[:, :, 0], mat, sin, cos)
-        ext.rope_matrix_(qkv[:, :, 1], mat, sin, cos)
-        return qkv
-
-    torch._dynamo.reset()
-    g = torch.compile(f, backend=backend, dynamic=True, fullgraph=True)
-    for h in (2, 3):
-        qkv = torch.randn(2, 5, 3, h, 8)
-        want = f(qkv.clone())
-        got = g(qkv.clone())
-        assert torch.equal(got, want) and not torch.equal(got[:, :, 1], qkv[:, :, 1])
-
-
 def test_inplace_value_op_checks_as_the_in_place_op():
-    """The private op behind the compiled wrapper refuses what rope_matrix_ refuses, with its
-    messages, and otherwise returns rope_matrix's bits."""
+    """The private op behind rope_matrix_'s Functionalize kernel refuses what rope_matrix_ refuses,
+    with its messages, and otherwise returns rope_matrix's bits."""
     mat = get_half_matrix(8)
     x = torch.randn(4, 8)
     sin, cos = _tables(4, 8)
@@ -607,3 +598,53 @@ def test_inplace_value_op_checks_as_the_in_place_op():
         ops._rope_matrix_inplace_value(buf[0], mat, sin, buf[0])
     with pytest.raises(ValueError, match=r"rope_matrix_: x overlaps itself"):
         ops._rope_matrix_inplace_value(torch.randn(8).expand(4, 8), mat, sin, cos)
+
+
+def test_functionalized_graph_holds_the_value_op_and_views_not_auto_functionalized():
+    """The traced, functionalized program of rope_matrix_ on a view computes the value with
+    _rope_matrix_inplace_value and writes it back with PyTorch's own view ops (no
+    auto_functionalized node); torch.func.functionalize runs it with the eager bits."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    mat = get_half_matrix(8)
+    sin, cos = _tables(4, 8)
+
+    def f(base):
+        ops.rope_matrix_(base[1:3, :, 1], mat, sin, cos)
+        return base
+
+    base = torch.randn(4, 4, 2, 8)
+    want = base.clone()
+    with torch.no_grad():
+        f(want)
+    got = torch.func.functionalize(f)(base.clone())
+    assert torch.equal(got, want) and not torch.equal(got, base)
+    gm = make_fx(torch.func.functionalize(f, remove="mutations_and_views"))(base.clone())
+    targets = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert "npu_ops_transformer_ext._rope_matrix_inplace_value.default" in targets, targets
+    assert not any("rope_matrix_.default" in t or "auto_functionalized" in t for t in targets), targets
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_exported_inplace_on_a_view_writes_the_views_elements(strict):
+    """torch.export of a module that rotates k = qkv[:, :, 1] in place, run on inputs it was not
+    traced with: the eager bits at k's elements, q and v untouched."""
+    mat = get_half_matrix(8)
+
+    class M(torch.nn.Module):
+        def forward(self, qkv, sin, cos):
+            ops.rope_matrix_(qkv[:, :, 1], mat, sin, cos)
+            return qkv
+
+    sin, cos = (t[:, None] for t in _tables(5, 8))
+    with torch.no_grad():
+        ep = torch.export.export(M(), (torch.randn(2, 5, 3, 2, 8), sin, cos), strict=strict)
+    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    assert "npu_ops_transformer_ext._rope_matrix_inplace_value.default" in targets, targets
+    orig = torch.randn(2, 5, 3, 2, 8)
+    want = orig.clone()
+    with torch.no_grad():
+        M()(want, sin, cos)
+    got = ep.module()(orig.clone(), sin, cos)
+    assert torch.equal(got, want) and not torch.equal(got[:, :, 1], orig[:, :, 1])
+    assert torch.equal(got[:, :, 0], orig[:, :, 0]) and torch.equal(got[:, :, 2], orig[:, :, 2])

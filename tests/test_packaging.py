@@ -50,7 +50,7 @@ def _tracked_files():
 _SDIST_DIRS = {"cmake", "cpu_kernel", "validation", "twin", "inc", "op_host", "op_kernel", "python", "tests",
                "scripts", "docs"}
 _SDIST_TOP = {"CMakeLists.txt", "setup.py", "pyproject.toml", "LICENSE", "README.md", "Makefile", "npu_ops_def.cpp",
-              "rope_matrix_autograd.cpp", "rope_matrix_inplace_value.cpp", "torch_interface.cpp", "requirements-dev.txt",
+              "rope_matrix_autograd.cpp", "rope_matrix_functionalize.cpp", "torch_interface.cpp", "requirements-dev.txt",
               "requirements-optional.txt", "requirements-npu.txt"}
 
 

@@ -77,19 +77,9 @@ def rope_matrix_(x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: tor
     decided exactly from storages, offsets and strides; a refusal says which rule failed. Refuses
     a tensor that requires grad (autograd needs the original x).
 
-    Under ``torch.compile``, when nothing requires grad, it is traced as ``x.copy_(value)`` of the
-    value it would write (same rules, same bits); see the README's "In place" paragraph for why.
+    Under ``torch.compile`` and ``torch.export`` it is traced as the value it writes (a private op
+    with the same rules and bits) written back into x through x's views.
     """
-    if torch.compiler.is_compiling() and isinstance(x, torch.Tensor) and not (
-        x.requires_grad or (torch.is_grad_enabled() and any(
-            isinstance(t, torch.Tensor) and t.requires_grad for t in (mat, sin, cos)))
-    ):
-        # PyTorch 2.13's functionalization writes a mutating custom op's update of a view made in
-        # the graph back at the wrong elements when the graph input it views has a storage offset
-        # (x[0:1] of an input base[1:3] updated base[2]); an aten copy_ into the view is written
-        # back correctly. Same checks, same bits. (x requiring grad: the op refuses it, below.)
-        x.copy_(torch.ops.npu_ops_transformer_ext._rope_matrix_inplace_value(x, mat, sin, cos))
-        return
     torch.ops.npu_ops_transformer_ext.rope_matrix_(x, mat, sin, cos)
 
 
@@ -342,41 +332,7 @@ def check_inplace(op: str, x: torch.Tensor, others: tuple = ()) -> None:
         )
 
 
-def _symbolic(n) -> bool:
-    """Whether a size or offset is a symbol of torch.compile's dynamic shapes, not a number."""
-    from torch.fx.experimental.symbolic_shapes import is_concrete_int
-
-    return isinstance(n, torch.SymInt) and not is_concrete_int(n)
-
-
-def _an_inputs_own_offset(n) -> bool:
-    """Whether a symbolic storage offset is exactly the offset symbol dynamo gave a graph input
-    (x is then that input, or a transpose or other view of it at the same offset)."""
-    try:
-        from torch._dynamo.source import TensorProperty, TensorPropertySource
-
-        expr = n.node.expr
-        sources = n.node.shape_env.var_to_sources.get(expr, []) if expr.is_Symbol else []
-        return any(isinstance(s, TensorPropertySource) and s.prop == TensorProperty.STORAGE_OFFSET for s in sources)
-    except (ImportError, AttributeError):
-        return False
-
-
 @torch.library.register_fake(f"{_NS}::rope_matrix_")
 def _rope_matrix_inplace_fake(x, mat, sin, cos):
     check_inputs("rope_matrix_", x, mat, sin, cos)
     check_inplace("rope_matrix_", x, (("mat", mat), ("sin", sin), ("cos", cos)))
-    # PyTorch 2.13's inductor, writing an op's mutation of a view made in the graph back in place,
-    # drops a symbolic storage offset (any custom op that mutates its input: k = qkv[:, :, 1] with a
-    # dynamic head count was then rotated at q's place, q twice). Refused rather than run on the
-    # wrong elements. A graph input's own offset (a view passed in, once dynamo has made its sizes
-    # dynamic) is written back correctly and stays allowed.
-    off = x.storage_offset()
-    torch._check_value(
-        not _symbolic(off) or _an_inputs_own_offset(off),
-        lambda: "rope_matrix_: under torch.compile with dynamic shapes, x is a view whose storage "
-        f"offset is symbolic ({off}, e.g. k = qkv[:, :, 1] with a dynamic head count); "
-        "PyTorch's inductor loses such an offset when it writes the update back, so this is refused: "
-        "use the out-of-place rope_matrix here, make the view outside the compiled code and pass it in, "
-        "or keep the dims before x's first element static (torch._dynamo.mark_static, or dynamic=False)",
-    )
