@@ -1,7 +1,9 @@
 // The operator schemas of npu_ops_transformer_ext: the one TORCH_LIBRARY block.
 // Backends register implementations in their own files: cpu_kernel/ (CPU), torch_interface.cpp
-// (PrivateUse1, NPU builds only). The fake (meta) kernels and autograd live in Python
-// (python/npu_ops_transformer_ext/ops.py), one place for each.
+// (PrivateUse1, NPU builds only). Autograd of the three ops is registered in C++
+// (rope_matrix_autograd.cpp), rope_matrix_'s functionalization too (rope_matrix_functionalize.cpp);
+// the fake (meta) kernels live in Python (python/npu_ops_transformer_ext/ops.py and autograd.py), and
+// so do the backward helper ops' implementations (autograd.py).
 #include <Python.h>
 #include <torch/library.h>
 

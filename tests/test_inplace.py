@@ -628,7 +628,9 @@ def test_functionalized_graph_holds_the_value_op_and_views_not_auto_functionaliz
 @pytest.mark.parametrize("strict", [False, True])
 def test_exported_inplace_on_a_view_writes_the_views_elements(strict):
     """torch.export of a module that rotates k = qkv[:, :, 1] in place, run on inputs it was not
-    traced with: the eager bits at k's elements, q and v untouched."""
+    traced with: the eager bits at k's elements, q and v untouched, from the exported program as it
+    is (which keeps the in-place op) and from its functional form (run_decompositions: the value
+    op, written back through the view)."""
     mat = get_half_matrix(8)
 
     class M(torch.nn.Module):
@@ -639,12 +641,42 @@ def test_exported_inplace_on_a_view_writes_the_views_elements(strict):
     sin, cos = (t[:, None] for t in _tables(5, 8))
     with torch.no_grad():
         ep = torch.export.export(M(), (torch.randn(2, 5, 3, 2, 8), sin, cos), strict=strict)
-    targets = [str(n.target) for n in ep.graph.nodes if n.op == "call_function"]
+    functional = ep.run_decompositions()
+    targets = [str(n.target) for n in functional.graph.nodes if n.op == "call_function"]
     assert "npu_ops_transformer_ext._rope_matrix_inplace_value.default" in targets, targets
+    assert not any("auto_functionalized" in t for t in targets), targets
     orig = torch.randn(2, 5, 3, 2, 8)
     want = orig.clone()
     with torch.no_grad():
         M()(want, sin, cos)
-    got = ep.module()(orig.clone(), sin, cos)
-    assert torch.equal(got, want) and not torch.equal(got[:, :, 1], orig[:, :, 1])
-    assert torch.equal(got[:, :, 0], orig[:, :, 0]) and torch.equal(got[:, :, 2], orig[:, :, 2])
+    for program in (ep, functional):
+        got = orig.clone()
+        out = program.module()(got, sin, cos)
+        assert torch.equal(got, want) and torch.equal(out, want)
+        assert not torch.equal(got[:, :, 1], orig[:, :, 1])
+        assert torch.equal(got[:, :, 0], orig[:, :, 0]) and torch.equal(got[:, :, 2], orig[:, :, 2])
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "inductor"])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compiled_inplace_refuses_sin_sharing_x_through_a_second_storage(backend, dynamic):
+    """Two storage objects over one buffer: torch.compile sees two unrelated inputs, and the fake
+    kernel cannot tell they share bytes; the private op behind the Functionalize kernel checks the
+    real tensors when the compiled program runs, so the call is refused and x left as it was."""
+    import numpy as np
+
+    mat = get_half_matrix(8)
+
+    def f(x, sin, cos):
+        ext.rope_matrix_(x, mat, sin, cos)
+        return x
+
+    torch._dynamo.reset()
+    g = torch.compile(f, backend=backend, dynamic=dynamic, fullgraph=True)
+    a = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32)
+    x, sin = torch.from_numpy(a), torch.from_numpy(a)
+    assert x.untyped_storage() is not sin.untyped_storage() and x.data_ptr() == sin.data_ptr()
+    before = x.clone()
+    with pytest.raises(Exception, match=r"rope_matrix_: x shares memory with sin"):
+        g(x, sin, torch.randn(6, 8))
+    assert torch.equal(x, before)

@@ -3,8 +3,9 @@
 The fake kernels let ``torch.compile(fullgraph=True)`` trace the ops without a graph break; they
 mirror the checks of the shared C++ validator (validation/rope_matrix_validate.cpp) with
 ``torch._check`` so that a bad call fails with the same message while tracing (PyTorch raises it
-as its own ``TorchRuntimeError`` there). Autograd lives in
-``autograd.py``.
+as its own ``TorchRuntimeError`` there). Autograd is registered in C++
+(``rope_matrix_autograd.cpp``; its helper ops and formulas are in ``autograd.py``), and so is
+``rope_matrix_``'s functionalization (``rope_matrix_functionalize.cpp``).
 """
 from __future__ import annotations
 
