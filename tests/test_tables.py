@@ -1147,3 +1147,187 @@ def test_builders_refuse_a_packed_dtype_and_name_bad_inv_freq_arguments():
     assert torch.equal(inv, tables.rope_inv_freq(8)[0])
     assert torch.equal(tables.rope_inv_freq(torch.tensor(8), torch.tensor(1e4))[0], inv)
     assert torch.equal(tables.rope_1d(4, 8, theta=torch.tensor(500.0)).cos, tables.rope_1d(4, 8, theta=500.0).cos)
+
+
+# ---- settings checked, caches kept consistent (red-team findings) --------------------------------
+
+
+@pytest.mark.parametrize(
+    "dtype, positions, offset",
+    [(torch.uint8, [250, 251], 10), (torch.uint8, [1, 2], -3), (torch.int16, [1, 2], 65536), (torch.int32, [7, 3], 2**31 - 5)],
+)
+def test_rotary_embedding_positions_plus_offset_do_not_wrap_in_a_narrow_dtype(dtype, positions, offset):
+    """positions + offset is the position whatever the positions' integer dtype (it used to be
+    added in that dtype: uint8 250 + 10 rotated by position 4)."""
+    d = 8
+    rope = tables.RotaryEmbedding(d, layout="BNSD", freqs_dtype=F64)
+    q = torch.randn(1, 2, 2, d, dtype=F64)
+    p = torch.tensor(positions, dtype=dtype)
+    got = rope(q, positions=p, offset=offset)
+    ang = (torch.tensor(positions, dtype=F64) + offset)[:, None] * _inv(d, 10000.0)
+    torch.testing.assert_close(got, _rot_complex(q, ang, "half"), rtol=1e-6, atol=1e-6)
+
+
+def test_rotary_embedding_sees_a_write_into_the_mat_it_handed_out():
+    """tables().mat is part of the cache like cos and sin: writing into it is seen (its version)
+    and the cache rebuilt, so later calls keep their values."""
+    rope = tables.RotaryEmbedding(8, layout="BNSD")
+    q = torch.randn(1, 1, 4, 8)
+    want = rope(q)
+    rope.tables(4).mat.neg_()
+    assert torch.equal(rope(q), want)
+    assert torch.equal(rope.tables(4).mat, ext.get_half_matrix(8))
+
+
+@pytest.mark.parametrize("kind", ["numpy", "tensor"])
+def test_rotary_embedding_scaling_copies_arrays_of_factors(kind):
+    """A LongRoPE factor list given as a NumPy array or a tensor is copied too: changing the
+    caller's array later reaches neither the module's scaling nor any of its tables."""
+    import numpy as np
+
+    make = (lambda v: np.array(v)) if kind == "numpy" else (lambda v: torch.tensor(v, dtype=F64))
+    short = make([1.0, 1.5, 2.0, 2.5])
+    sc = {"rope_type": "longrope", "factor": 2.0, "original_max_position_embeddings": 16,
+          "short_factor": short, "long_factor": make([1.0] * 4)}
+    rope = tables.RotaryEmbedding(8, layout="SD", scaling=sc, freqs_dtype=F64)
+    cached = rope.tables(2, offset=1).cos.clone()
+    built = rope.tables(2, offset=1.5).cos.clone()  # a fractional offset: built per call
+    short[:] = 4.0
+    assert rope.scaling["short_factor"] == (1.0, 1.5, 2.0, 2.5)
+    assert torch.equal(rope.tables(2, offset=1).cos, cached)
+    assert torch.equal(rope.tables(2, offset=1.5).cos, built)
+    inv = _inv(8, 10000.0) / torch.tensor([1.0, 1.5, 2.0, 2.5], dtype=F64)
+    attn = math.sqrt(1 + math.log(2.0) / math.log(16))
+    ang = torch.tensor([1.5, 2.5], dtype=F64)[:, None] * inv
+    torch.testing.assert_close(built[:, :4].double(), torch.cos(ang) * attn, rtol=1e-6, atol=1e-6)
+
+
+def test_length_dependent_scaling_takes_a_fractional_largest_position():
+    """seq_len of dynamic NTK and LongRoPE is the largest position + 1, fractional positions
+    included (15.5 -> 16.5 > L = 16 scales; it used to be cut to 16, unscaled)."""
+    d, theta, factor, L = 8, 10000.0, 4.0, 16
+    sc = {"rope_type": "dynamic", "factor": factor, "original_max_position_embeddings": L}
+    t = tables.rope_1d(torch.tensor([0.0, 15.5], dtype=F64), d, scaling=sc, dtype=F64)
+    base = theta * (factor * 16.5 / L - (factor - 1)) ** (d / (d - 2))
+    ang = 15.5 * _inv(d, base)
+    torch.testing.assert_close(t.cos[1, : d // 2], torch.cos(ang), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(t.sin[1, : d // 2], torch.sin(ang), rtol=1e-12, atol=1e-12)
+
+
+_LONGROPE = {"rope_type": "longrope", "factor": 2.0, "original_max_position_embeddings": 16,
+             "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}
+
+
+@pytest.mark.parametrize(
+    "change, error, match",
+    [
+        ({"long_factor": [1.0] * 3}, ValueError, r"longrope long_factor must have dim // 2 = 4 entries, got 3"),
+        ({"long_factor": [float("nan"), 1.0, 1.0, 1.0]}, ValueError, r"long_factor must be finite numbers > 0"),
+        ({"long_factor": [0.0, 1.0, 1.0, 1.0]}, ValueError, r"long_factor must be finite numbers > 0"),
+        ({"long_factor": None}, ValueError, r"long_factor must have dim // 2 = 4 entries, got 0"),
+        ({"short_factor": "1111"}, TypeError, r"short_factor must be a list of dim // 2 = 4 numbers"),
+        ({"attention_factor": float("nan")}, ValueError, r"attention_factor must be a finite number > 0, got nan"),
+        ({"rope_theta": True}, TypeError, r"rope_theta must be a real number, got bool True"),
+        ({"rope_theta": "500000"}, TypeError, r"rope_theta must be a real number, got str"),
+    ],
+)
+def test_bad_longrope_settings_are_refused_at_build_whichever_list_a_call_uses(change, error, match):
+    sc = dict(_LONGROPE, **change)
+    with pytest.raises(error, match=match):
+        tables.RotaryEmbedding(8, layout="BNSD", scaling=sc)
+    with pytest.raises(error, match=match):
+        tables.rope_inv_freq(8, scaling=sc)  # seq_len None: the short factors' call
+    with pytest.raises(error, match=match):
+        tables.rope_1d(4, 8, scaling=sc)
+
+
+@pytest.mark.parametrize(
+    "scaling, error, match",
+    [
+        ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 0.0}, ValueError, r"low_freq_factor must be a finite number > 0, got 0.0"),
+        ({"rope_type": "llama3", "factor": 8.0, "high_freq_factor": float("inf")}, ValueError, r"high_freq_factor must be a finite number > 0"),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "mscale": "1", "mscale_all_dim": 1},
+         TypeError, r"the scaling's mscale must be a real number, got str '1'"),
+        ({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64, "attention_factor": -1.0},
+         ValueError, r"attention_factor must be a finite number > 0, got -1.0"),
+        ({"rope_type": "default", "rope_theta": "abc"}, TypeError, r"rope_theta must be a real number"),
+    ],
+)
+def test_bad_scaling_numbers_are_refused_naming_the_key(scaling, error, match):
+    with pytest.raises(error, match=match):
+        tables.rope_inv_freq(8, scaling=scaling)
+
+
+def test_scaling_numbers_may_be_numpy_or_0_dim_tensors():
+    import numpy as np
+
+    want = tables.rope_inv_freq(8, scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                            "high_freq_factor": 4.0, "rope_theta": 500000.0})
+    got = tables.rope_inv_freq(8, scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": np.float32(1.0),
+                                           "high_freq_factor": torch.tensor(4.0), "rope_theta": np.float64(500000.0)})
+    assert torch.equal(got[0], want[0]) and got[1] == want[1]
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: tables.rope_nd([2, 2], [4, 4], head_dim=9.0), ValueError, r"rope_nd: head_dim must be an int >= sum\(axes_dim\) = 8, got 9.0"),
+        (lambda: tables.rope_nd([2, 2], [4, 4], head_dim=6), ValueError, r"rope_nd: head_dim must be an int >= sum\(axes_dim\) = 8, got 6"),
+        (lambda: tables.rope_nd([2, 2], [4.5, 4]), TypeError, r"rope_nd: axes_dim must be ints, got \[4.5, 4\]"),
+        (lambda: tables.rope_nd([], []), ValueError, r"rope_nd: axes_dim must be one or more positive even dims, got \[\]"),
+        (lambda: tables.rotate_matrix([4], 6.0), TypeError, r"rotate_matrix: head_dim must be an int, got float 6.0"),
+        (lambda: tables.rotate_matrix([4.0]), TypeError, r"rotate_matrix: rotary_dims must be ints"),
+        (lambda: tables.rotate_matrix(4), TypeError, r"rotate_matrix: rotary_dims must be a sequence of ints, got int 4"),
+        (lambda: tables.rope_mrope(torch.zeros(3, 4), None, [2, 2, 2]), TypeError, r"rope_mrope: head_dim must be an int > 0, got NoneType None"),
+        (lambda: tables.rope_mrope(torch.zeros(3, 4), 16, [2.7, 2, 2]), TypeError, r"rope_mrope: sections must be ints, got \[2.7, 2, 2\]"),
+        (lambda: tables.hf_rope_scaling(None), TypeError, r"the config must be a transformers PretrainedConfig or its config.json as a dict, got NoneType None"),
+    ],
+)
+def test_builders_refuse_bad_dims_naming_the_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_builders_take_integer_dims_of_numpy_and_0_dim_tensors():
+    import numpy as np
+
+    want = tables.rope_nd([2, 3], [4, 4], head_dim=10)
+    got = tables.rope_nd([2, 3], [np.int64(4), torch.tensor(4)], head_dim=np.int32(10))
+    assert torch.equal(got.cos, want.cos) and torch.equal(got.mat, want.mat)
+    assert torch.equal(tables.rotate_matrix(torch.tensor([4, 4]), torch.tensor(10)), tables.rotate_matrix([4, 4], 10))
+
+
+def test_rotary_embedding_takes_a_0_dim_tensor_theta_as_rope_inv_freq_does():
+    q = torch.randn(1, 1, 3, 8)
+    a = tables.RotaryEmbedding(8, layout="BNSD", theta=torch.tensor(500.0))
+    b = tables.RotaryEmbedding(8, layout="BNSD", theta=500.0)
+    assert a.theta == 500.0 and torch.equal(a(q), b(q))
+    with pytest.raises(ValueError, match=r"RotaryEmbedding: theta \(the base\) must be a finite number > 0"):
+        tables.RotaryEmbedding(8, layout="BNSD", theta=torch.tensor([500.0, 1.0]))
+
+
+def test_rotary_embedding_builds_far_positions_per_call(monkeypatch):
+    """The cache holds at most _CACHE_MAX_POSITIONS positions: a call needing a position past it
+    builds its own rows (a decode step at position 2^31 used to build a table of every position
+    before it), with the same values; below the cap the cache grows as before, capped."""
+    monkeypatch.setattr(tables, "_CACHE_MAX_POSITIONS", 64)
+    d = 8
+    rope = tables.RotaryEmbedding(d, layout="SD", freqs_dtype=F64)
+
+    def rows():
+        return {k[2]: v[0].cos.shape[0] for k, v in rope._cache.items()}
+
+    rope.tables(40)
+    assert rows() == {"all": 50}
+    rope.tables(4, offset=56)  # needs 60: grows to min(75, 100, 64)
+    assert rows() == {"all": 64}
+    q = torch.randn(3, d, dtype=F64)
+    for offset in (61, 2**31 - 2):
+        got = rope(q, offset=offset)
+        ang = (torch.arange(3, dtype=F64) + offset)[:, None] * _inv(d, 10000.0)
+        torch.testing.assert_close(got, _rot_complex(q, ang, "half"), rtol=1e-6, atol=1e-6)
+    pos = torch.tensor([5, 2**40, 63])
+    got = rope(q, positions=pos)
+    ang = pos.to(F64)[:, None] * _inv(d, 10000.0)
+    torch.testing.assert_close(got, _rot_complex(q, ang, "half"), rtol=1e-5, atol=1e-5)
+    assert rows() == {"all": 64}

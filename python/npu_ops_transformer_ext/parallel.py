@@ -178,7 +178,10 @@ def pad_tables(cos: Tensor, sin: Tensor, seq_len: int, seq_dim: int = -2) -> tup
     partner is Inf or NaN (the matrix is shared by every token; with a dense matrix, also where
     ``x @ mat`` overflows). Copy the padding tokens back if their values must be kept bit for
     bit. A table broadcast along the sequence (size 1 at ``seq_dim``, or a ``[D]`` table with no
-    such dim) is returned unchanged; ``seq_len`` must be at least the tables' length."""
+    such dim) is returned unchanged, so its padding tokens are rotated by its one angle like the
+    others; a real one-token sequence's table cannot be told from one, so pad it yourself
+    (``torch.cat`` with a row of ones / zeros) if its padding must come out as x. ``seq_len`` must
+    be at least the tables' length."""
     seq_len = _int("seq_len", seq_len)
     out, lengths, dims = [], {}, {}
     for name, t in (("cos", cos), ("sin", sin)):

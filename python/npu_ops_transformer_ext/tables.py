@@ -32,7 +32,7 @@ import copy
 import math
 import numbers
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 import torch
@@ -119,6 +119,36 @@ def _get(scaling: Mapping, *names, default=None):
     return default
 
 
+def _number(scaling: Mapping, name: str, default=None, positive: bool = False) -> float:
+    """A number of the scaling mapping (a 0-dim tensor or array counts), checked: a real number,
+    finite, and > 0 when ``positive``; the error names the key."""
+    v = _get(scaling, name, default=default)
+    zero_dim = isinstance(v, Tensor) and not v.is_complex() or type(v).__module__ == "numpy"
+    if zero_dim and getattr(v, "ndim", None) == 0:  # a 0-dim tensor or array, a NumPy scalar
+        v = v.item()
+    if not _is_number(v):
+        raise TypeError(f"rope_inv_freq: the scaling's {name} must be a real number, got {type(v).__name__} {v!r}")
+    v = float(v)
+    if not math.isfinite(v) or (positive and v <= 0):
+        raise ValueError(f"rope_inv_freq: the scaling's {name} must be a finite number{' > 0' if positive else ''}, got {v}")
+    return v
+
+
+def _longrope_factors(scaling: Mapping, key: str, dim: int, dtype: torch.dtype) -> Tensor:
+    """LongRoPE's ``short_factor`` or ``long_factor``: dim // 2 finite numbers > 0."""
+    v = _get(scaling, key, default=())
+    if isinstance(v, Tensor) or type(v).__module__ == "numpy":
+        v = v.tolist() if hasattr(v, "tolist") else v
+    if isinstance(v, (str, bytes)) or not isinstance(v, Iterable) or not all(_is_number(e) for e in v):
+        raise TypeError(f"rope_inv_freq: longrope {key} must be a list of dim // 2 = {dim // 2} numbers, got {v!r:.80}")
+    ext = torch.tensor([float(e) for e in v], dtype=dtype)
+    if ext.numel() != dim // 2:
+        raise ValueError(f"rope_inv_freq: longrope {key} must have dim // 2 = {dim // 2} entries, got {ext.numel()}")
+    if not bool((torch.isfinite(ext) & (ext > 0)).all()):
+        raise ValueError(f"rope_inv_freq: longrope {key} must be finite numbers > 0, got {ext.tolist()}")
+    return ext
+
+
 _KINDS = ("default", "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
 
 
@@ -191,8 +221,8 @@ def rope_inv_freq(
         raise ValueError(
             f"rope_inv_freq: unknown scaling type {kind!r}; expected one of {', '.join(_KINDS)}"
         )
-    if scaling is not None:
-        theta = float(_get(scaling, "rope_theta", default=theta))
+    if scaling is not None and _get(scaling, "rope_theta") is not None:
+        theta = _number(scaling, "rope_theta")
     if not (math.isfinite(theta) and theta > 0):
         raise ValueError(f"rope_inv_freq: theta (the base) must be a finite number > 0, got {theta}")
     orig = None if scaling is None else _get(scaling, "original_max_position_embeddings")
@@ -261,20 +291,19 @@ def rope_inv_freq(
             hi += 0.001
         ramp = ((torch.arange(dim // 2, dtype=dtype) - lo) / (hi - lo)).clamp(0, 1)
         inv = inv / factor * ramp + inv * (1 - ramp)
-        af = _get(scaling, "attention_factor")
-        if af is not None:
-            attn = float(af)
+        if _get(scaling, "attention_factor") is not None:
+            attn = _number(scaling, "attention_factor", positive=True)
         else:
 
             def m(s, k=1.0):
                 return 0.1 * k * math.log(s) + 1.0 if s > 1 else 1.0
 
-            ms, msa = _get(scaling, "mscale"), _get(scaling, "mscale_all_dim")
+            ms, msa = (None if _get(scaling, n) is None else _number(scaling, n) for n in ("mscale", "mscale_all_dim"))
             attn = m(factor, ms) / m(factor, msa) if ms and msa else m(factor)
     elif kind == "llama3":
         L = 8192.0 if orig is None else float(orig)
-        low = float(_get(scaling, "low_freq_factor", default=1.0))
-        high = float(_get(scaling, "high_freq_factor", default=4.0))
+        low = _number(scaling, "low_freq_factor", default=1.0, positive=True)
+        high = _number(scaling, "high_freq_factor", default=4.0, positive=True)
         wavelen = 2 * math.pi / inv
         smooth = ((L / wavelen - low) / (high - low)).clamp(0, 1)
         mid = (1 - smooth) * inv / factor + smooth * inv
@@ -283,19 +312,12 @@ def rope_inv_freq(
         )
     elif kind == "longrope":
         L = need_orig()
-        key = "long_factor" if seq_len is not None and seq_len > L else "short_factor"
-        ext = torch.tensor(list(_get(scaling, key, default=())), dtype=dtype)
-        if ext.shape != inv.shape:
-            raise ValueError(
-                f"rope_inv_freq: longrope {key} must have dim // 2 = {dim // 2} entries, got "
-                f"{ext.numel()}"
-            )
-        if not bool((torch.isfinite(ext) & (ext > 0)).all()):
-            raise ValueError(f"rope_inv_freq: longrope {key} must be finite numbers > 0, got {ext.tolist()}")
-        inv = inv / ext
-        af = _get(scaling, "attention_factor")
-        if af is not None:
-            attn = float(af)
+        # Both lists are checked whichever this call uses, so a bad one fails at once, not at the
+        # first sequence past L.
+        ext = {key: _longrope_factors(scaling, key, dim, dtype) for key in ("short_factor", "long_factor")}
+        inv = inv / ext["long_factor" if seq_len is not None and seq_len > L else "short_factor"]
+        if _get(scaling, "attention_factor") is not None:
+            attn = _number(scaling, "attention_factor", positive=True)
         else:
             attn = math.sqrt(1 + math.log(factor) / math.log(L)) if factor > 1 else 1.0
     return inv, attn
@@ -328,6 +350,11 @@ def _hf_config(config: object) -> object:
     the class's defaults), and of a composite (vision-language) config its text part, where the
     language model's RoPE is; the dict as it is when transformers is not installed, does not know
     the type, or its class refuses the dict."""
+    if config is None or isinstance(config, (str, bytes, numbers.Number, Tensor)):
+        raise TypeError(
+            f"the config must be a transformers PretrainedConfig or its config.json as a dict, got "
+            f"{type(config).__name__} {config!r:.80}"
+        )
     if isinstance(config, Mapping):
         if not isinstance(config.get("model_type"), str):
             return config
@@ -444,10 +471,14 @@ def rotate_matrix(
     ``head_dim`` (pass-through). ``rotate_matrix([128])`` is ``get_half_matrix(128)``;
     ``rotate_matrix([44, 44, 40], mode="half")`` is the seed's composed 3D matrix."""
     _check_mode(mode)
+    rotary_dims = _int_list(rotary_dims, "rotary_dims", "rotate_matrix")
     build = get_half_matrix if mode == "half" else get_interleave_matrix
-    blocks = [build(int(d), dtype=dtype) for d in rotary_dims]
-    total = sum(int(d) for d in rotary_dims)
+    blocks = [build(d, dtype=dtype) for d in rotary_dims]
+    total = sum(rotary_dims)
     head_dim = total if head_dim is None else head_dim
+    if not _is_grid_size(head_dim):
+        raise TypeError(f"rotate_matrix: head_dim must be an int, got {type(head_dim).__name__} {head_dim!r}")
+    head_dim = int(head_dim)
     if head_dim < total:
         raise ValueError(f"rotate_matrix: head_dim {head_dim} < sum of rotary dims {total}")
     if head_dim > total:
@@ -557,7 +588,8 @@ def _seq_len(pos: Tensor, scaling) -> int | None:
     need none)."""
     if _kind(scaling) not in ("dynamic", "longrope") or not pos.numel():
         return None
-    return int(pos.max().item()) + 1
+    top = pos.max().item()  # a fractional largest position stays fractional (15.5 -> 16.5)
+    return top + 1 if pos.is_floating_point() else int(top) + 1
 
 
 # ---- builders -----------------------------------------------------------------------------------
@@ -628,6 +660,17 @@ def grid_positions(
     return torch.stack([m.reshape(-1) for m in mesh], dim=-1)
 
 
+def _int_list(values, what: str, fn: str) -> list[int]:
+    """A sequence of ints (NumPy or 0-dim integer tensors count) as a list of ints; a float, bool
+    or anything else in it is a TypeError naming ``what`` (4.5 would otherwise become 4)."""
+    if isinstance(values, (str, bytes, Mapping)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{fn}: {what} must be a sequence of ints, got {type(values).__name__} {values!r:.80}")
+    values = list(values)
+    if not all(_is_grid_size(v) for v in values):
+        raise TypeError(f"{fn}: {what} must be ints, got {values!r:.80}")
+    return [int(v) for v in values]
+
+
 def _is_grid_size(g) -> bool:
     """An int, NumPy integer or 0-dim integer tensor: one axis size of a grid."""
     if isinstance(g, Tensor):
@@ -670,10 +713,10 @@ def rope_nd(
     per axis. Dims past ``sum(axes_dim)`` up to ``head_dim`` pass through.
     """
     _check_mode(mode)
-    axes_dim = [int(d) for d in axes_dim]
+    axes_dim = _int_list(axes_dim, "axes_dim", "rope_nd")
     n = len(axes_dim)
-    if any(d <= 0 or d % 2 for d in axes_dim):
-        raise ValueError(f"rope_nd: every axis dim must be positive and even, got {axes_dim}")
+    if not axes_dim or any(d <= 0 or d % 2 for d in axes_dim):
+        raise ValueError(f"rope_nd: axes_dim must be one or more positive even dims, got {axes_dim}")
     _check_freqs_dtype(freqs_dtype, "rope_nd: freqs_dtype")
     if isinstance(positions, (list, tuple)) and all(_is_grid_size(g) for g in positions):
         pos = grid_positions(positions, dtype=freqs_dtype)
@@ -703,6 +746,9 @@ def rope_nd(
             raise ValueError(f"rope_nd: {name} must have one entry per axis ({n} for axes_dim {axes_dim}), got {len(vals)}")
     total = sum(axes_dim)
     head_dim = total if head_dim is None else head_dim
+    if not _is_grid_size(head_dim) or int(head_dim) < total:
+        raise ValueError(f"rope_nd: head_dim must be an int >= sum(axes_dim) = {total}, got {head_dim!r}")
+    head_dim = int(head_dim)
     invs, attns = [], []
     for a, d in enumerate(axes_dim):
         seq_len = _seq_len(pos[..., a], scalings[a])  # dynamic NTK, LongRoPE: per axis
@@ -747,7 +793,10 @@ def rope_mrope(
     when ``j % 3 == 2 and j < 3 * sections[2]``, else stream 0. Dims past R pass through.
     """
     _check_mode(mode)
-    sections = [int(s) for s in sections]
+    sections = _int_list(sections, "sections", "rope_mrope")
+    if not _is_grid_size(head_dim) or int(head_dim) <= 0:
+        raise TypeError(f"rope_mrope: head_dim must be an int > 0, got {type(head_dim).__name__} {head_dim!r}")
+    head_dim = int(head_dim)
     if not sections or any(s < 0 for s in sections) or sum(sections) == 0:
         raise ValueError(f"rope_mrope: sections must be pair counts >= 0 with a positive sum, got {sections}")
     _check_freqs_dtype(freqs_dtype, "rope_mrope: freqs_dtype")
@@ -808,12 +857,20 @@ def for_layout(t: Tensor, layout: str) -> Tensor:
 _ROPE_SETTINGS = ("head_dim", "rotary_dim", "theta", "mode", "layout", "scaling", "freqs_dtype", "table_dtype")
 
 
+def _frozen_value(v):
+    """A scaling value that the caller can no longer change: a list, tuple, NumPy array or tensor
+    (LongRoPE's factors) as a tuple of its values (a 0-dim array or tensor as its number)."""
+    if isinstance(v, Tensor) or type(v).__module__ == "numpy":
+        v = v.tolist() if hasattr(v, "tolist") else v
+    return tuple(_frozen_value(e) for e in v) if isinstance(v, (list, tuple)) else v
+
+
 class _FrozenMapping(Mapping):
-    """A read-only copy of a scaling mapping, its lists (LongRoPE's factors) as tuples; unlike a
-    ``MappingProxyType`` it pickles and deep-copies with the module."""
+    """A read-only copy of a scaling mapping, its lists, arrays and tensors (LongRoPE's factors) as
+    tuples; unlike a ``MappingProxyType`` it pickles and deep-copies with the module."""
 
     def __init__(self, scaling: Mapping):
-        self._d = {k: tuple(v) if isinstance(v, list) else v for k, v in scaling.items()}
+        self._d = {k: _frozen_value(v) for k, v in scaling.items()}
 
     def __getitem__(self, key):
         return self._d[key]
@@ -826,6 +883,11 @@ class _FrozenMapping(Mapping):
 
     def __repr__(self) -> str:
         return repr(self._d)
+
+
+# Positions RotaryEmbedding's cache holds at most (at D = 128, 1 GiB for each float32 table); a call
+# that needs a position past it builds its own rows.
+_CACHE_MAX_POSITIONS = 1 << 21
 
 
 class RotaryEmbedding(torch.nn.Module):
@@ -869,6 +931,8 @@ class RotaryEmbedding(torch.nn.Module):
                 f"BSND for q [B, S, N, D]), got {layout!r}"
             )
         _check_dims(head_dim, rotary_dim, "RotaryEmbedding")
+        if isinstance(theta, Tensor) and theta.dim() == 0 and not theta.is_complex():
+            theta = theta.item()  # a 0-dim tensor base, as rope_inv_freq takes it
         if not (_is_number(theta) and math.isfinite(theta) and theta > 0):
             raise ValueError(f"RotaryEmbedding: theta (the base) must be a finite number > 0, got {theta!r}")
         _check_freqs_dtype(freqs_dtype, "RotaryEmbedding: freqs_dtype")
@@ -888,7 +952,7 @@ class RotaryEmbedding(torch.nn.Module):
         if scaling is not None:  # a bad scaling (factor, lists, ...) is refused here too
             rope_inv_freq(head_dim if rotary_dim is None else rotary_dim, theta, self.scaling, dtype=freqs_dtype)
         # (device, dtype, regime) -> (tables [L, D] for positions 0 .. L-1, cos and sin viewed for
-        # the layout, versions of cos and sin when built); L grows geometrically (see tables())
+        # the layout, versions of cos, sin and mat when built); L grows geometrically (see tables())
         self._cache: dict[tuple, tuple] = {}
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -964,7 +1028,7 @@ class RotaryEmbedding(torch.nn.Module):
         # A caller wrote into the tables it was handed (views of these): rebuild. (Eager only: a
         # compiled graph reads the tables as they were when it was traced.)
         if hit is not None and not torch.compiler.is_compiling() and (
-            hit[0].cos._version, hit[0].sin._version
+            hit[0].cos._version, hit[0].sin._version, hit[0].mat._version
         ) != hit[3]:
             hit = None
         have = 0 if hit is None else hit[0].cos.shape[0]
@@ -976,9 +1040,17 @@ class RotaryEmbedding(torch.nn.Module):
             covered = hit is not None and statically_known_true(end <= have)
             return hit if covered else None
         if have < end:
+            # (no cap while compiling: dynamo's S may be symbolic, and a cap would guard on it)
+            concrete = not isinstance(end, torch.SymInt) and not torch.compiler.is_compiling()
+            if concrete and end > _CACHE_MAX_POSITIONS:
+                # A position this far is built per call: a cached table would hold every position
+                # before it (positions near 2^31 asked for tens of GiB).
+                return None
             # Geometric growth; the first build has headroom too, so that the decode steps after a
             # prefill of S tokens do not rebuild at once.
             n = max(end + end // 4, 2 * have)
+            if concrete:
+                n = min(n, _CACHE_MAX_POSITIONS)
             if reg[1] is not None:
                 n = min(n, reg[1])
             # Built as normal tensors even under torch.inference_mode(): an inference tensor in
@@ -987,7 +1059,7 @@ class RotaryEmbedding(torch.nn.Module):
             with torch.inference_mode(False):
                 t = self._build(n, 0, device)
                 hit = (t, for_layout(t.cos, self.layout), for_layout(t.sin, self.layout),
-                       (t.cos._version, t.sin._version))
+                       (t.cos._version, t.sin._version, t.mat._version))
             self._cache[key] = hit
         return hit
 
@@ -999,8 +1071,9 @@ class RotaryEmbedding(torch.nn.Module):
 
         Slices of one cached table per (device, dtype) holding positions ``0 .. L - 1``: when a
         call needs a position past L, the table is rebuilt for ``max(needed + needed // 4, 2 L)``
-        positions, so a decode loop (``offset`` growing by one per step) rebuilds O(log n) times
-        and otherwise only slices. Dynamic NTK past ``original_max_position_embeddings``
+        positions (at most 2^21), so a decode loop (``offset`` growing by one per step) rebuilds
+        O(log n) times and otherwise only slices; a call that needs a position past 2^21 builds its
+        own rows. Dynamic NTK past ``original_max_position_embeddings``
         (frequencies that depend on the sequence length) and non-integer or negative offsets build
         per call. The tables are views of the cache: a write into them is seen (the version
         counter) and the cache rebuilt at the next call.
@@ -1027,7 +1100,8 @@ class RotaryEmbedding(torch.nn.Module):
         non-negative integers (one host read of their maximum), else built."""
         full = None
         if not positions.is_floating_point() and positions.numel() and isinstance(offset, int):
-            pos = positions + offset if offset else positions
+            # in int64: positions + offset in a narrow dtype (uint8, int16) would wrap around
+            pos = positions.to(torch.int64) + offset if offset else positions
             lo, hi = int(pos.min().item()), int(pos.max().item())
             if lo >= 0:
                 hit = self._full(hi + 1, device)
