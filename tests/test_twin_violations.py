@@ -71,6 +71,13 @@ KERNEL_VARIANTS = [
     ("test_only_matmul_without_mte2_mte1_wait", "pipe-race", "AIC_"),
     ("test_only_matmul_without_mte1_m_wait", "pipe-race", "AIC_"),
     ("test_only_matmul_without_m_fix_wait", "pipe-race", "AIC_"),
+    ("test_only_matmul_regist_after_init_buffer", "matmul-regist-order", "AIV_"),
+    ("test_only_matmul_transposed_a_undeclared", "matmul-trans", "AIC_"),
+]
+
+# Test-only kernels launched as vector-only (AIV_ONLY) kernels, with the perm kernel's plan.
+AIV_ONLY_VARIANTS = [
+    ("test_only_crosscore_in_aiv_only", "crosscore-kernel-type", "AIV_"),
 ]
 
 # The pipe-race and same-pipe-overlap kernels with their synchronisation added: they must pass (test_twin_pipes.py).
@@ -90,7 +97,7 @@ CALIBRATION_VARIANTS = ["test_only_original_schedule"]
 
 def test_every_test_only_variant_is_covered():
     assert sorted(twin._twin.test_only_variants()) == sorted(
-        [v for v, _, _ in KERNEL_VARIANTS] + SYNCED_VARIANTS + PROBE_VARIANTS + CALIBRATION_VARIANTS
+        [v for v, _, _ in KERNEL_VARIANTS + AIV_ONLY_VARIANTS] + SYNCED_VARIANTS + PROBE_VARIANTS + CALIBRATION_VARIANTS
     )
 
 
@@ -104,14 +111,16 @@ def test_kernel_receives_the_user_workspace_as_the_generated_wrapper_passes_it()
 
 
 @pytest.mark.parametrize(
-    "variant,rule,core", KERNEL_VARIANTS, ids=[v for v, _, _ in KERNEL_VARIANTS]
+    "variant,rule,core,kernel",
+    [(*v, "") for v in KERNEL_VARIANTS] + [(*v, "perm") for v in AIV_ONLY_VARIANTS],
+    ids=[v for v, _, _ in KERNEL_VARIANTS + AIV_ONLY_VARIANTS],
 )
-def test_broken_kernel_raises_expected_rule(variant, rule, core):
+def test_broken_kernel_raises_expected_rule(variant, rule, core, kernel):
     d = 44 if variant == "test_only_datacopy_unaligned_length" else 128
     x, y, sin, cos = _inputs(d=d)
     t0 = time.monotonic()
     with pytest.raises(twin.TwinError) as ei:
-        twin._run(x, y, sin, cos, soc="Ascend910B3", variant=variant)
+        twin._run(x, y, sin, cos, soc="Ascend910B3", variant=variant, kernel=kernel)
     assert time.monotonic() - t0 < 30, "the twin must stop, not hang"
     assert ei.value.rule == rule, str(ei.value)
     assert ei.value.core.startswith(core), str(ei.value)

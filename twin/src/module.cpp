@@ -41,6 +41,9 @@ TEST_ONLY(test_only_flag_15_reserved)
 TEST_ONLY(test_only_wait_syncall_flag)
 TEST_ONLY(test_only_event_id_reserved)
 TEST_ONLY(test_only_gather_alias)
+TEST_ONLY(test_only_crosscore_in_aiv_only)
+TEST_ONLY(test_only_matmul_regist_after_init_buffer)
+TEST_ONLY(test_only_matmul_transposed_a_undeclared)
 TEST_ONLY(test_only_gm_unaligned)
 TEST_ONLY(test_only_default_local_tensor)
 TEST_ONLY(test_only_alloc_without_tpipe)
@@ -129,6 +132,9 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_wait_syncall_flag", test_only_wait_syncall_flag},
       {"test_only_event_id_reserved", test_only_event_id_reserved},
       {"test_only_gather_alias", test_only_gather_alias},
+      {"test_only_crosscore_in_aiv_only", test_only_crosscore_in_aiv_only},
+      {"test_only_matmul_regist_after_init_buffer", test_only_matmul_regist_after_init_buffer},
+      {"test_only_matmul_transposed_a_undeclared", test_only_matmul_transposed_a_undeclared},
       {"test_only_gm_unaligned", test_only_gm_unaligned},
       {"test_only_default_local_tensor", test_only_default_local_tensor},
       {"test_only_alloc_without_tpipe", test_only_alloc_without_tpipe},

@@ -619,6 +619,50 @@ BROKEN_ENTRY(test_only_probe_workspace_argument) {
   }
 }
 
+// ---- the kernel type and the Matmul's set-up -----------------------------------------------------
+
+namespace {
+using MmBf16 = matmul::MatmulType<TPosition::GM, CubeFormat::ND, bfloat16_t>;
+using MmBias = matmul::MatmulType<TPosition::GM, CubeFormat::ND, float>;
+using MmBf16Untransposed = matmul::Matmul<MmBf16, MmBf16, MmBf16, MmBias>;
+}  // namespace
+
+// A cross-core set in a vector-only kernel: no cube core is there to be raised. (Launched as an
+// AIV-only kernel, with the perm kernel's plan; it reads no tiling.)
+BROKEN_ENTRY(test_only_crosscore_in_aiv_only) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_AIV_ONLY);
+  CrossCoreSetFlag<0x2, PIPE_MTE3>(rope_matrix::kFlagFree0);
+}
+
+// REGIST_MATMUL_OBJ after the core's TPipe has given out a buffer: the Matmul's own set-up must
+// come first.
+BROKEN_ENTRY(test_only_matmul_regist_after_init_buffer) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  TPipe pipe;
+  if ASCEND_IS_AIV {
+    TQue<TPosition::VECIN, 1> q;
+    pipe.InitBuffer(q, 1, 256);
+    TCubeTiling cube;
+    rope_matrix::CopyTiling(&cube, tiling + sizeof(RopeMatrixTiling));
+    MmBf16Untransposed mm;
+    REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &cube);
+  }
+}
+
+// SetTensorA(x, true) on a Matmul whose A type is declared untransposed: A would be read as it lies.
+BROKEN_ENTRY(test_only_matmul_transposed_a_undeclared) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  Ctx c = load(x, out, tiling);
+  TPipe pipe;
+  if ASCEND_IS_AIC {
+    TCubeTiling cube;
+    rope_matrix::CopyTiling(&cube, tiling + sizeof(RopeMatrixTiling));
+    MmBf16Untransposed mm;
+    REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &cube);
+    mm.SetTensorA(c.x, true);
+  }
+}
+
 // ---- pipe-race on the cube's L1 / L0: the production MIX kernel on a Matmul that forgets one wait --
 // (the Matmul model's test hook, twin/matmul_pipes.h; the production kernel itself is the synced
 // version: it passes).
