@@ -12,7 +12,9 @@
 // workspace slot (two slots, a ring), one IterateAll per head, then signals its two vector cores;
 // vector core 2b+s takes the first (s = 0) or second (s = 1) half of the block's rows, walks them in
 // chunks of up to chunkRows rows (its UB tile) for every head of the group, and signals back when
-// the slot is free. Every S row therefore belongs to exactly one cube core and exactly one vector core.
+// the slot is free; a block of one row goes to both, each taking half of the group's heads
+// (SubHeads). Every x row (an S row of one head) therefore belongs to exactly one cube core and
+// exactly one vector core.
 //
 // Workspace bound. A slot holds at most kSlotBytes, whatever the shape: the user workspace is at
 // most blockDim * kSlots * kSlotBytes (2 MiB per AI Core), because the head groups (and, for a very
@@ -98,6 +100,19 @@ __aicore__ inline void SubRows(uint64_t stepRows, uint64_t sub, uint64_t& first,
   const uint64_t half0 = (stepRows + 1) / 2;
   first = sub == 0 ? 0 : half0;
   count = sub == 0 ? half0 : stepRows - half0;
+}
+
+// A step of one S row (a decode step, S = 1) is not split by rows, which would leave vector
+// sub-block 1 idle: both take the row, and each a share of the head group's heads instead: the
+// outer heads [o, o + on) split in two (the first share one larger), or, for a group of one outer
+// head, its inner heads [i, i + in). A share may be empty (one head in all).
+__aicore__ inline bool SplitsHeads(uint64_t stepRows) { return stepRows == 1; }
+__aicore__ inline void SubHeads(uint64_t sub, uint64_t& o, uint64_t& on, uint64_t& i, uint64_t& in) {
+  uint64_t& n = on > 1 ? on : in;  // the dim that is split
+  uint64_t& first = on > 1 ? o : i;
+  const uint64_t half0 = (n + 1) / 2;
+  if (sub != 0) first += half0;
+  n = sub == 0 ? half0 : n - half0;
 }
 
 // ---- the vector-only kernel for a signed (partial) permutation y (op_kernel/rope_matrix_perm_kernel.h)

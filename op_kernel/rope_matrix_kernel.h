@@ -144,8 +144,10 @@ class RopeMatrixVec {
     const uint64_t wsCore = b * kSlots * t_.slotElems;
     uint64_t step = 0;
     for (uint64_t c = 0; c < chunks; ++c) {
-      uint64_t first, n;
-      SubRows(StepRows(t_, rows, c), sub, first, n);
+      const uint64_t stepN = StepRows(t_, rows, c);
+      const bool headShare = SplitsHeads(stepN);  // one row: both vector cores, half the heads each
+      uint64_t first = 0, n = stepN;
+      if (!headShare) SubRows(stepN, sub, first, n);
       const uint64_t sStep = sBegin + c * t_.stepRows + first;
       // cos/sin rows: when this core's share of the step is one chunk they are loaded once for every
       // group; otherwise once per chunk of each group.
@@ -158,13 +160,16 @@ class RopeMatrixVec {
         AscendC::CrossCoreWaitFlag(kFlagReady0 + slot);
         uint64_t o0, on, i0, in;
         HeadGroup(t_, g, o0, on, i0, in);
+        // Slot offsets count from the group's first heads; this core's share may start later.
+        uint64_t oS = o0, onS = on, iS = i0, inS = in;
+        if (headShare) SubHeads(sub, oS, onS, iS, inS);
         const uint64_t slotBase = wsCore + slot * t_.slotElems;
         for (uint64_t r0 = 0; r0 < n; r0 += t_.chunkRows) {
           const uint32_t m = static_cast<uint32_t>(n - r0 < t_.chunkRows ? n - r0 : t_.chunkRows);
           if (!oneChunk) LoadTables(sStep + r0, m, cosT, sinT, cosF, sinF);
           const uint64_t rowElems = t_.inner * t_.d;
-          for (uint64_t o = 0; o < on; ++o) {
-            for (uint64_t i = 0; i < in; ++i) {
+          for (uint64_t o = oS - o0; o < oS - o0 + onS; ++o) {
+            for (uint64_t i = iS - i0; i < iS - i0 + inS; ++i) {
               const uint64_t xOff = ((o0 + o) * t_.s + sStep + r0) * rowElems + (i0 + i) * t_.d;
               const uint64_t wOff = slotBase + o * t_.headStride + (first + r0) * t_.innerChunk * t_.d + i * t_.d;
               CopyIn(xOff, wOff, m);

@@ -229,10 +229,39 @@ def test_twin_steps_of_several_chunks(layout, bn, s, d, expect):
         for sub in (0, 1):
             v = next(a for a in rep["cores"] if a["type"] == "AIV" and a["block"] == c["block"] and a["sub"] == sub)
             assert v["flags_waited"] == len(step_rows) * groups
-            halves = [(n + 1) // 2 if sub == 0 else n // 2 for n in step_rows]
+            # (a step of one row goes to both vector cores, each with half of the heads)
+            halves = [1 if n == 1 else (n + 1) // 2 if sub == 0 else n // 2 for n in step_rows]
             # one load per step when the core's half is one chunk, else one per chunk and group
             rows_read = sum(h * (groups if h > t["chunkRows"] else 1) for h in halves)
             assert v["gm_read"].get("sin", 0) == rows_read * d * 2
+
+
+@pytest.mark.parametrize(
+    "shape,tshape,rows",
+    [
+        ((8, 32, 1, 128), (1, 128), [[128, 128]]),  # BNSD decode, B = 8: the 256 heads in two
+        ((1, 3, 1, 64), (1, 64), [[2, 1]]),  # an odd head count: the first share one larger
+        ((1, 1, 1, 64), (1, 64), [[1, 0]]),  # one head: the second vector core has none
+        ((2, 1, 32, 128), (1, 1, 128), [[32, 32]]),  # BSND: 2 outer x 32 inner heads, by outer heads
+        ((1, 1, 32, 128), (1, 1, 128), [[16, 16]]),  # BSND, B = 1: by inner heads
+        ((1, 4, 3, 64), (3, 64), [[4, 4], [2, 2]]),  # S = 3: core 0 splits 2 rows, core 1 its one row's heads
+    ],
+)
+def test_twin_decode_step_shares_heads_between_the_vector_cores(shape, tshape, rows):
+    # A step of one S row goes to both vector cores of its cube core, each with half of the heads
+    # (it went to sub-block 0 alone): bit-exact with the CPU kernel, every output written once.
+    g = torch.Generator().manual_seed(11)
+    d = shape[-1]
+    x = torch.randn(shape, generator=g).to(torch.bfloat16)
+    y = mode_matrix("half", [d], dtype=torch.bfloat16)
+    sin = torch.randn(tshape, generator=g).to(torch.bfloat16)
+    cos = torch.randn(tshape, generator=g).to(torch.bfloat16)
+    out, rep = twin.run(x, y, sin, cos, kernel="mix")
+    assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
+    _check_report(rep, x.numel() // d)
+    got = [[c["rows"] for c in sorted((a for a in rep["cores"] if a["type"] == "AIV" and a["block"] == b),
+                                      key=lambda a: a["sub"])] for b in range(rep["tiling"]["blockDim"])]
+    assert got == rows
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])
