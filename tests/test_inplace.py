@@ -680,3 +680,32 @@ def test_compiled_inplace_refuses_sin_sharing_x_through_a_second_storage(backend
     with pytest.raises(Exception, match=r"rope_matrix_: x shares memory with sin"):
         g(x, sin, torch.randn(6, 8))
     assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_inplace_takes_a_view_of_a_data_dependent_size(backend):
+    """x = buf[:n.item()]: its size is unbacked (it may be 0), and the fake kernel's checks must not
+    guard on it (they stopped the trace with GuardOnDataDependentSymNode); the eager bits, at n = 0
+    too."""
+    mat = get_half_matrix(8)
+    sin, cos = _tables(1, 8)
+    sin, cos = sin[0], cos[0]
+
+    def f(buf, n):
+        k = n.item()
+        torch._check(k >= 0)
+        torch._check(k <= buf.shape[0])
+        ext.rope_matrix_(buf[:k], mat, sin, cos)
+        return buf
+
+    torch._dynamo.reset()
+    g = torch.compile(f, backend=backend, fullgraph=True)
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        for k in (3, 0, 6):
+            buf = torch.randn(6, 8)
+            want = buf.clone()
+            with torch.no_grad():
+                f(want, torch.tensor(k))
+            got = buf.clone()
+            g(got, torch.tensor(k))
+            assert torch.equal(got, want) and torch.equal(got[k:], buf[k:]), k

@@ -289,10 +289,21 @@ def _byte_runs(t, cap: int):
     return merged
 
 
+def _no_elements(t) -> bool:
+    """Whether t is known to have no elements, without a guard: a data-dependent (unbacked) size
+    may or may not be 0, and asking would stop the trace."""
+    n = t.numel()
+    if isinstance(n, int):
+        return n == 0
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return statically_known_true(n == 0)
+
+
 def _shares_memory(x, t) -> bool | None:
     """Python mirror of ``shared_memory`` (validation/): whether x and t have a byte in common;
     None when undecidable here (symbolic sizes, or too many runs to list: eager decides)."""
-    if x.numel() == 0 or t.numel() == 0 or not torch._C._is_alias_of(x, t):
+    if _no_elements(x) or _no_elements(t) or not torch._C._is_alias_of(x, t):
         return False
     a, b = _byte_runs(x, 1 << 20), _byte_runs(t, 1 << 20)
     if a is None or b is None:
