@@ -126,7 +126,13 @@ at::Tensor product_sum(const at::Tensor& g, const at::Tensor& x, const at::Tenso
     return gs.to(acc) * op_rope().call(xs, *y, one, at::zeros_like(one));  // the forward's x @ y
   };
   const auto symbolic = [](const at::Tensor& t) { return t.unsafeGetTensorImpl()->has_symbolic_sizes_strides(); };
-  if (symbolic(g) || symbolic(x) || symbolic(table)) return reduce_to(product(g, x), table.sym_sizes());
+  // Batched gradients (is_grads_batched=True: g is vmapped) take the whole at once too: the slices
+  // would be copied into an unbatched result, which vmap refuses.
+  const auto batched = [](const at::Tensor& t) { return t.key_set().has(c10::DispatchKey::FuncTorchBatched); };
+  if (symbolic(g) || symbolic(x) || symbolic(table) || batched(g) || batched(x) || batched(table) ||
+      (y != nullptr && batched(*y))) {
+    return reduce_to(product(g, x), table.sym_sizes());
+  }
   const at::IntArrayRef shape = table.sizes();
   constexpr int64_t kSliceBytes = 512 * 1024;
   const int64_t lead = x.dim() - static_cast<int64_t>(shape.size());
@@ -164,14 +170,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> table_grads(
     const at::Tensor& cos, bool need_y, bool need_sin, bool need_cos) {
   at::Tensor dy, dsin, dcos;
   const auto add = [](at::Tensor& acc, const at::Tensor& t) { acc = acc.defined() ? acc + t : t; };
+  std::vector<at::Tensor> xRows, gsRows;  // [M, D] each, for dy
+  bool oneAcc = true;
   for (const auto& [g, x] : pairs) {
     if (!g.defined() || !x.defined()) continue;
     const at::ScalarType acc = acc_dtype(x.scalar_type());
     if (need_cos) add(dcos, product_sum(g, x, nullptr, cos, acc));
     if (need_sin) add(dsin, product_sum(g, x, &y, sin, acc));
     if (need_y) {
-      const at::Tensor gs = rows(g.to(acc) * sin.to(acc));  // [M, D]
-      add(dy, rows(x.to(acc)).t().mm(gs));
+      oneAcc = oneAcc && (xRows.empty() || xRows.front().scalar_type() == acc);
+      xRows.push_back(rows(x.to(acc)));
+      gsRows.push_back(rows(g.to(acc) * sin.to(acc)));
+    }
+  }
+  if (need_y && !xRows.empty()) {
+    // One product over the rows of q and k: a sum of one product per pair is mm + add, which
+    // inductor fuses into an addmm that adds in another order (the compiled gradient of
+    // rope_matrix_qk then differed from eager's in the last bits).
+    if (xRows.size() == 1 || !oneAcc) {
+      for (size_t i = 0; i < xRows.size(); ++i) add(dy, xRows[i].t().mm(gsRows[i]));
+    } else {
+      dy = at::cat(xRows).t().mm(at::cat(gsRows));
     }
   }
   const auto cast = [](const at::Tensor& t, const at::Tensor& ref) {

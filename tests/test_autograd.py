@@ -610,16 +610,18 @@ def test_forward_over_reverse_tangent_on_grad_output_is_refused():
     torch.testing.assert_close(dx, g * c + (g * s) @ y.t(), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("s", [5, 2048])
 @pytest.mark.parametrize("which", ["mat", "sin", "cos", "x"])
-def test_batched_grads_equal_a_loop(which):
+def test_batched_grads_equal_a_loop(which, s):
     """torch.autograd.grad(..., is_grads_batched=True): the mat gradient crashed (flatten has no
-    batching rule); every gradient equals one grad call per batched grad_output."""
+    batching rule), and the sin/cos gradients of an x over 512 KiB (summed in slices, copied into an
+    unbatched result); every gradient equals one grad call per batched grad_output."""
     torch.manual_seed(0)
     d = 8
-    ins = {"x": torch.randn(2, 3, 5, d, dtype=torch.float64), "mat": matrices.get_half_matrix(d, dtype=torch.float64),
-           "sin": torch.randn(5, d, dtype=torch.float64), "cos": torch.randn(5, d, dtype=torch.float64)}
+    ins = {"x": torch.randn(2, 3, s, d, dtype=torch.float64), "mat": matrices.get_half_matrix(d, dtype=torch.float64),
+           "sin": torch.randn(s, d, dtype=torch.float64), "cos": torch.randn(s, d, dtype=torch.float64)}
     ins[which].requires_grad_()
-    gs = torch.randn(4, 2, 3, 5, d, dtype=torch.float64)
+    gs = torch.randn(4, 2, 3, s, d, dtype=torch.float64)
     out = OPS.rope_matrix(ins["x"], ins["mat"], ins["sin"], ins["cos"])
     (batched,) = torch.autograd.grad(out, ins[which], gs, is_grads_batched=True, retain_graph=True)
     for i in range(gs.shape[0]):
@@ -650,7 +652,8 @@ def test_zero_tensor_grad_output_gives_zero_table_grads():
 def test_table_gradients_under_compile_with_dynamic_shapes(backend, qk):
     """A second sequence length makes torch.compile retrace with a symbolic S; the backward of the
     table gradients must then trace too (it read concrete sizes and failed to compile), and every
-    gradient must keep the eager bits at each length."""
+    gradient must keep the eager bits at each length (rope_matrix_qk's mat gradient, a sum of a q and
+    a k product, lost them under inductor from S = 128, which fused the sum into an addmm)."""
     d = 64
     mat = matrices.get_half_matrix(d)
     if qk:
@@ -662,7 +665,7 @@ def test_table_gradients_under_compile_with_dynamic_shapes(backend, qk):
     torch._dynamo.reset()
     compiled = torch.compile(fn, fullgraph=True, backend=backend)
     gen = torch.Generator().manual_seed(5)
-    for s in (7, 9, 16, 33):
+    for s in (7, 9, 16, 33, 128, 200):
         ins = [torch.randn(2, 3, s, d, generator=gen), torch.randn(2, 1 if qk else 3, s, d, generator=gen),
                mat.clone(), torch.randn(s, d, generator=gen), torch.randn(1, s, d, generator=gen)]
         eager_ins = [t.clone().requires_grad_() for t in ins]
