@@ -126,9 +126,12 @@ at::Tensor product_sum(const at::Tensor& g, const at::Tensor& x, const at::Tenso
     return gs.to(acc) * op_rope().call(xs, *y, one, at::zeros_like(one));  // the forward's x @ y
   };
   const auto symbolic = [](const at::Tensor& t) { return t.unsafeGetTensorImpl()->has_symbolic_sizes_strides(); };
-  // Batched gradients (is_grads_batched=True: g is vmapped) take the whole at once too: the slices
-  // would be copied into an unbatched result, which vmap refuses.
-  const auto batched = [](const at::Tensor& t) { return t.key_set().has(c10::DispatchKey::FuncTorchBatched); };
+  // Batched gradients (is_grads_batched=True, which vmaps g with the legacy Batched key; or
+  // functorch's vmap) take the whole at once too: the slices would be copied into an unbatched
+  // result, which vmap refuses.
+  const auto batched = [](const at::Tensor& t) {
+    return t.key_set().has(c10::DispatchKey::Batched) || t.key_set().has(c10::DispatchKey::FuncTorchBatched);
+  };
   if (symbolic(g) || symbolic(x) || symbolic(table) || batched(g) || batched(x) || batched(table) ||
       (y != nullptr && batched(*y))) {
     return reduce_to(product(g, x), table.sym_sizes());
@@ -183,14 +186,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> table_grads(
       gsRows.push_back(rows(g.to(acc) * sin.to(acc)));
     }
   }
-  if (need_y && !xRows.empty()) {
-    // One product over the rows of q and k: a sum of one product per pair is mm + add, which
-    // inductor fuses into an addmm that adds in another order (the compiled gradient of
-    // rope_matrix_qk then differed from eager's in the last bits).
-    if (xRows.size() == 1 || !oneAcc) {
-      for (size_t i = 0; i < xRows.size(); ++i) add(dy, xRows[i].t().mm(gsRows[i]));
+  // q's product, then k's added by addmm: the form inductor gives the sum of the two products (it
+  // fuses mm + add into addmm, which adds in another order, and splits a product of concatenated
+  // rows back into the two), so the compiled gradient of rope_matrix_qk has eager's bits.
+  for (size_t i = 0; i < xRows.size(); ++i) {
+    if (!dy.defined()) {
+      dy = xRows[i].t().mm(gsRows[i]);
+    } else if (oneAcc) {
+      dy = at::addmm(dy, xRows[i].t(), gsRows[i]);
     } else {
-      dy = at::cat(xRows).t().mm(at::cat(gsRows));
+      dy = dy + xRows[i].t().mm(gsRows[i]);  // (q and k of different precisions)
     }
   }
   const auto cast = [](const at::Tensor& t, const at::Tensor& ref) {
