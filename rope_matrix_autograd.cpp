@@ -173,29 +173,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> table_grads(
     const at::Tensor& cos, bool need_y, bool need_sin, bool need_cos) {
   at::Tensor dy, dsin, dcos;
   const auto add = [](at::Tensor& acc, const at::Tensor& t) { acc = acc.defined() ? acc + t : t; };
-  std::vector<at::Tensor> xRows, gsRows;  // [M, D] each, for dy
-  bool oneAcc = true;
   for (const auto& [g, x] : pairs) {
     if (!g.defined() || !x.defined()) continue;
     const at::ScalarType acc = acc_dtype(x.scalar_type());
     if (need_cos) add(dcos, product_sum(g, x, nullptr, cos, acc));
     if (need_sin) add(dsin, product_sum(g, x, &y, sin, acc));
     if (need_y) {
-      oneAcc = oneAcc && (xRows.empty() || xRows.front().scalar_type() == acc);
-      xRows.push_back(rows(x.to(acc)));
-      gsRows.push_back(rows(g.to(acc) * sin.to(acc)));
-    }
-  }
-  // q's product, then k's added by addmm: the form inductor gives the sum of the two products (it
-  // fuses mm + add into addmm, which adds in another order, and splits a product of concatenated
-  // rows back into the two), so the compiled gradient of rope_matrix_qk has eager's bits.
-  for (size_t i = 0; i < xRows.size(); ++i) {
-    if (!dy.defined()) {
-      dy = xRows[i].t().mm(gsRows[i]);
-    } else if (oneAcc) {
-      dy = at::addmm(dy, xRows[i].t(), gsRows[i]);
-    } else {
-      dy = dy + xRows[i].t().mm(gsRows[i]);  // (q and k of different precisions)
+      const at::Tensor xt = rows(x.to(acc)).t(), gs = rows(g.to(acc) * sin.to(acc));  // [D, M], [M, D]
+      // k's product added to q's by addmm: the form inductor makes of mm + add, which adds in
+      // another order than the two apart (inductor may still regroup the products:
+      // docs/training.md). q and k of different precisions are added apart.
+      if (!dy.defined()) {
+        dy = xt.mm(gs);
+      } else if (dy.scalar_type() == acc) {
+        dy = at::addmm(dy, xt, gs);
+      } else {
+        add(dy, xt.mm(gs));
+      }
     }
   }
   const auto cast = [](const at::Tensor& t, const at::Tensor& ref) {

@@ -119,13 +119,23 @@ def _get(scaling: Mapping, *names, default=None):
     return default
 
 
+def _plain(v):
+    """A tensor or NumPy value as plain Python (``tolist()``: a 0-dim one as its number, else nested
+    lists); anything else as it is."""
+    return v.tolist() if isinstance(v, Tensor) or (type(v).__module__ == "numpy" and hasattr(v, "tolist")) else v
+
+
+def _one_number(v):
+    """A one-element real tensor as its number (a base may be given so); anything else as it is."""
+    return v.item() if isinstance(v, Tensor) and v.numel() == 1 and not v.is_complex() else v
+
+
 def _number(scaling: Mapping, name: str, default=None, positive: bool = False) -> float:
     """A number of the scaling mapping (a 0-dim tensor or array counts), checked: a real number,
     finite, and > 0 when ``positive``; the error names the key."""
     v = _get(scaling, name, default=default)
-    zero_dim = isinstance(v, Tensor) and not v.is_complex() or type(v).__module__ == "numpy"
-    if zero_dim and getattr(v, "ndim", None) == 0:  # a 0-dim tensor or array, a NumPy scalar
-        v = v.item()
+    if getattr(v, "ndim", None) == 0:  # a 0-dim tensor or array, a NumPy scalar
+        v = _plain(v)
     if not _is_number(v):
         raise TypeError(f"rope_inv_freq: the scaling's {name} must be a real number, got {type(v).__name__} {v!r}")
     v = float(v)
@@ -136,9 +146,7 @@ def _number(scaling: Mapping, name: str, default=None, positive: bool = False) -
 
 def _longrope_factors(scaling: Mapping, key: str, dim: int, dtype: torch.dtype) -> Tensor:
     """LongRoPE's ``short_factor`` or ``long_factor``: dim // 2 finite numbers > 0."""
-    v = _get(scaling, key, default=())
-    if isinstance(v, Tensor) or type(v).__module__ == "numpy":
-        v = v.tolist() if hasattr(v, "tolist") else v
+    v = _plain(_get(scaling, key, default=()))
     if isinstance(v, (str, bytes)) or not isinstance(v, Iterable) or not all(_is_number(e) for e in v):
         raise TypeError(f"rope_inv_freq: longrope {key} must be a list of dim // 2 = {dim // 2} numbers, got {v!r:.80}")
     ext = torch.tensor([float(e) for e in v], dtype=dtype)
@@ -209,8 +217,7 @@ def rope_inv_freq(
     dim = operator.index(dim)
     if dim <= 0 or dim % 2:
         raise ValueError(f"rope_inv_freq: dim must be a positive even number, got {dim}")
-    if isinstance(theta, Tensor) and theta.numel() == 1 and not theta.is_complex():
-        theta = theta.item()
+    theta = _one_number(theta)
     if not _is_number(theta):
         raise TypeError(f"rope_inv_freq: theta (the base) must be a real number, got {type(theta).__name__} {theta!r}")
     _check_freqs_dtype(dtype, "rope_inv_freq: dtype")
@@ -680,8 +687,7 @@ def _is_grid_size(g) -> bool:
 
 def _theta(t, a: int) -> float:
     """Axis a's theta as a float; anything but a real number is a TypeError naming the axis."""
-    if isinstance(t, Tensor) and t.numel() == 1:
-        t = t.item()
+    t = _one_number(t)
     if not _is_number(t):
         raise TypeError(f"rope_nd: theta must be a number or one number per axis, got {t!r} for axis {a}")
     return float(t)
@@ -860,8 +866,7 @@ _ROPE_SETTINGS = ("head_dim", "rotary_dim", "theta", "mode", "layout", "scaling"
 def _frozen_value(v):
     """A scaling value that the caller can no longer change: a list, tuple, NumPy array or tensor
     (LongRoPE's factors) as a tuple of its values (a 0-dim array or tensor as its number)."""
-    if isinstance(v, Tensor) or type(v).__module__ == "numpy":
-        v = v.tolist() if hasattr(v, "tolist") else v
+    v = _plain(v)
     return tuple(_frozen_value(e) for e in v) if isinstance(v, (list, tuple)) else v
 
 
@@ -931,8 +936,7 @@ class RotaryEmbedding(torch.nn.Module):
                 f"BSND for q [B, S, N, D]), got {layout!r}"
             )
         _check_dims(head_dim, rotary_dim, "RotaryEmbedding")
-        if isinstance(theta, Tensor) and theta.dim() == 0 and not theta.is_complex():
-            theta = theta.item()  # a 0-dim tensor base, as rope_inv_freq takes it
+        theta = _one_number(theta)  # a tensor base, as rope_inv_freq takes it
         if not (_is_number(theta) and math.isfinite(theta) and theta > 0):
             raise ValueError(f"RotaryEmbedding: theta (the base) must be a finite number > 0, got {theta!r}")
         _check_freqs_dtype(freqs_dtype, "RotaryEmbedding: freqs_dtype")
