@@ -24,10 +24,13 @@ CASES = {
     "SetFixSplit baseM not a multiple of 16": ("t.SetFixSplit(24, -1, -1)", [-1]),
     "SetFixSplit baseN not a multiple of 16": ("t.SetFixSplit(-1, 40, -1)", [-1]),
     "SetFixSplit baseK not a multiple of k0 = 16 (bf16)": ("t.SetFixSplit(-1, -1, 8)", [-1]),
-    "SetFixSplit baseK a multiple of k0 = 8 (fp32)": (
+    # CANN's code takes a baseK that is a multiple of k0; SetFixSplit.md says only -1 is supported,
+    # and the twin holds to the page.
+    "SetFixSplit baseK other than -1 (fp32, a multiple of k0 = 8)": (
         "t.SetAType(TPosition::GM, CubeFormat::ND, DataType::DT_FLOAT); t.SetFixSplit(-1, -1, 8)",
-        [0, 0],
+        [0, -1],
     ),
+    "SetFixSplit baseK other than -1 (bf16, a multiple of k0 = 16)": ("t.SetFixSplit(-1, -1, 64)", [-1]),
     "SetFixSplit 64 x 64 tiles": ("t.SetFixSplit(64, 64, -1); T; out.get_baseM() == 64 && out.get_baseN() == 64", [0, 0, 1]),
     "SetBufferSpace L1 over the platform's": ("t.SetBufferSpace(600 * 1024, -1, -1)", [-1]),
     "SetBufferSpace L0C over the platform's": ("t.SetBufferSpace(-1, 256 * 1024, -1)", [-1]),

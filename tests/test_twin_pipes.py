@@ -109,6 +109,7 @@ def test_missing_sync_names_the_pipes_memory_and_bytes(variant):
         "test_only_synced_overwrite_after_copy_out",
         "test_only_synced_mte2_overlapping_dst",
         "test_only_synced_mte3_overlapping_dst",
+        "test_only_core_events_pass",
     ],
 )
 def test_same_kernel_with_its_sync_passes(variant):

@@ -49,6 +49,10 @@ KERNEL_VARIANTS = [
     ("test_only_event_wait_unset", "event-wait-unset", "AIV_"),
     ("test_only_pipe_barrier_s", "pipe-barrier", "AIV_"),
     ("test_only_crosscore_set_on_pipe_s", "flag-pipe", "AIC_"),
+    ("test_only_crosscore_set_on_fix_from_vector", "flag-pipe", "AIV_"),
+    ("test_only_event_v_m_on_vector", "event-core", "AIV_"),
+    ("test_only_event_mte1_v_on_cube", "event-core", "AIC_"),
+    ("test_only_pipe_barrier_m_on_vector", "event-core", "AIV_"),
     ("test_only_two_tpipes", "tpipe-multiple", "AIV_"),
     ("test_only_alloc_before_init", "que-uninit", "AIV_"),
     ("test_only_free_into_other_queue", "que-foreign-tensor", "AIV_"),
@@ -73,6 +77,7 @@ KERNEL_VARIANTS = [
     ("test_only_matmul_without_m_fix_wait", "pipe-race", "AIC_"),
     ("test_only_matmul_regist_after_init_buffer", "matmul-regist-order", "AIV_"),
     ("test_only_matmul_transposed_a_undeclared", "matmul-trans", "AIC_"),
+    ("test_only_matmul_used_cores_over_soc", "matmul-tiling", "AIC_"),
 ]
 
 # Test-only kernels launched as vector-only (AIV_ONLY) kernels, with the perm kernel's plan.
@@ -86,6 +91,7 @@ SYNCED_VARIANTS = [
     "test_only_synced_overwrite_after_copy_out",
     "test_only_synced_mte2_overlapping_dst",
     "test_only_synced_mte3_overlapping_dst",
+    "test_only_core_events_pass",
 ]
 
 # Test-only kernels that break nothing and report what they observe.
@@ -273,3 +279,20 @@ def test_docs_list_every_rule_the_twin_raises():
     assert len(ids) > 40, sorted(ids)
     missing = sorted(r for r in ids if f"`{r}`" not in doc)
     assert not missing, f"rules the twin raises but docs/kernel.md does not name: {missing}"
+
+
+@pytest.mark.parametrize(
+    "variant,message",
+    [
+        ("test_only_matmul_used_cores_over_soc", "usedCoreNum = 64 above the SoC's 20 cube cores"),
+        ("test_only_event_v_m_on_vector", "SetFlag<HardEvent::V_M> on a vector core, which has no PIPE_M"),
+        ("test_only_event_mte1_v_on_cube", "SetFlag<HardEvent::MTE1_V> on the cube core, which has no PIPE_V"),
+        ("test_only_pipe_barrier_m_on_vector", "PipeBarrier<PIPE_M> on a vector core, which has no such pipe"),
+        ("test_only_crosscore_set_on_fix_from_vector", "CrossCoreSetFlag on PIPE_FIX on a vector core"),
+    ],
+)
+def test_core_rules_name_the_call_and_the_core(variant, message):
+    x, y, sin, cos = _inputs()
+    with pytest.raises(twin.TwinError) as ei:
+        twin._run(x, y, sin, cos, soc="Ascend910B3", variant=variant)
+    assert message in str(ei.value), str(ei.value)

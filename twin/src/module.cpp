@@ -44,6 +44,7 @@ TEST_ONLY(test_only_gather_alias)
 TEST_ONLY(test_only_crosscore_in_aiv_only)
 TEST_ONLY(test_only_matmul_regist_after_init_buffer)
 TEST_ONLY(test_only_matmul_transposed_a_undeclared)
+TEST_ONLY(test_only_matmul_used_cores_over_soc)
 TEST_ONLY(test_only_gm_unaligned)
 TEST_ONLY(test_only_default_local_tensor)
 TEST_ONLY(test_only_alloc_without_tpipe)
@@ -51,6 +52,11 @@ TEST_ONLY(test_only_event_double_set)
 TEST_ONLY(test_only_event_wait_unset)
 TEST_ONLY(test_only_pipe_barrier_s)
 TEST_ONLY(test_only_crosscore_set_on_pipe_s)
+TEST_ONLY(test_only_event_v_m_on_vector)
+TEST_ONLY(test_only_event_mte1_v_on_cube)
+TEST_ONLY(test_only_pipe_barrier_m_on_vector)
+TEST_ONLY(test_only_crosscore_set_on_fix_from_vector)
+TEST_ONLY(test_only_core_events_pass)
 TEST_ONLY(test_only_two_tpipes)
 TEST_ONLY(test_only_alloc_before_init)
 TEST_ONLY(test_only_free_into_other_queue)
@@ -135,6 +141,7 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_crosscore_in_aiv_only", test_only_crosscore_in_aiv_only},
       {"test_only_matmul_regist_after_init_buffer", test_only_matmul_regist_after_init_buffer},
       {"test_only_matmul_transposed_a_undeclared", test_only_matmul_transposed_a_undeclared},
+      {"test_only_matmul_used_cores_over_soc", test_only_matmul_used_cores_over_soc},
       {"test_only_gm_unaligned", test_only_gm_unaligned},
       {"test_only_default_local_tensor", test_only_default_local_tensor},
       {"test_only_alloc_without_tpipe", test_only_alloc_without_tpipe},
@@ -142,6 +149,11 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
       {"test_only_event_wait_unset", test_only_event_wait_unset},
       {"test_only_pipe_barrier_s", test_only_pipe_barrier_s},
       {"test_only_crosscore_set_on_pipe_s", test_only_crosscore_set_on_pipe_s},
+      {"test_only_event_v_m_on_vector", test_only_event_v_m_on_vector},
+      {"test_only_event_mte1_v_on_cube", test_only_event_mte1_v_on_cube},
+      {"test_only_pipe_barrier_m_on_vector", test_only_pipe_barrier_m_on_vector},
+      {"test_only_crosscore_set_on_fix_from_vector", test_only_crosscore_set_on_fix_from_vector},
+      {"test_only_core_events_pass", test_only_core_events_pass},
       {"test_only_two_tpipes", test_only_two_tpipes},
       {"test_only_alloc_before_init", test_only_alloc_before_init},
       {"test_only_free_into_other_queue", test_only_free_into_other_queue},

@@ -51,7 +51,7 @@ void tick() {
   }
 }
 
-Launch::Launch(KernelKind kind, int block_dim, int max_aic) : kind_(kind), block_dim_(block_dim) {
+Launch::Launch(KernelKind kind, int block_dim, int max_aic) : kind_(kind), block_dim_(block_dim), max_aic_(max_aic) {
   if (block_dim <= 0 || block_dim > max_aic) {
     throw Violation("host", "block-dim",
                     str("blockDim = ", block_dim, " must be in [1, ", max_aic,

@@ -291,6 +291,64 @@ BROKEN_ENTRY(test_only_pipe_barrier_s) {
   }
 }
 
+// A V -> M event on a vector core, which has no cube pipe: the wait orders nothing there.
+BROKEN_ENTRY(test_only_event_v_m_on_vector) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    SetFlag<HardEvent::V_M>(0);
+    WaitFlag<HardEvent::V_M>(0);
+  }
+}
+
+// An MTE1 -> V event on the cube core, which has no vector pipe.
+BROKEN_ENTRY(test_only_event_mte1_v_on_cube) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIC {
+    SetFlag<HardEvent::MTE1_V>(0);
+    WaitFlag<HardEvent::MTE1_V>(0);
+  }
+}
+
+// A barrier on the cube pipe M issued by a vector core.
+BROKEN_ENTRY(test_only_pipe_barrier_m_on_vector) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    PipeBarrier<PIPE_M>();
+  }
+}
+
+// A cross-core set a vector core issues on PIPE_FIX, a pipe only the cube core has.
+BROKEN_ENTRY(test_only_crosscore_set_on_fix_from_vector) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIV {
+    CrossCoreSetFlag<0x2, PIPE_FIX>(rope_matrix::kFlagFree0);
+  }
+  if ASCEND_IS_AIC {
+    CrossCoreWaitFlag(rope_matrix::kFlagFree0);
+  }
+}
+
+// Passes: the events the A2 API skips on each side (vector events and PipeBarrier<PIPE_V> on the
+// cube core, cube events on a vector core) and the core's own events and barriers.
+BROKEN_ENTRY(test_only_core_events_pass) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  if ASCEND_IS_AIC {
+    SetFlag<HardEvent::MTE2_V>(0);
+    WaitFlag<HardEvent::MTE2_V>(0);
+    PipeBarrier<PIPE_V>();
+    SetFlag<HardEvent::MTE2_MTE1>(0);
+    WaitFlag<HardEvent::MTE2_MTE1>(0);
+    PipeBarrier<PIPE_FIX>();
+  }
+  if ASCEND_IS_AIV {
+    SetFlag<HardEvent::M_FIX>(0);
+    WaitFlag<HardEvent::M_FIX>(0);
+    SetFlag<HardEvent::S_MTE3>(0);
+    WaitFlag<HardEvent::S_MTE3>(0);
+    PipeBarrier<PIPE_MTE2>();
+  }
+}
+
 // A cross-core set issued on PIPE_S: only V, M, MTE1, MTE2, MTE3 and FIX may issue it.
 BROKEN_ENTRY(test_only_crosscore_set_on_pipe_s) {
   KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
@@ -660,6 +718,20 @@ BROKEN_ENTRY(test_only_matmul_transposed_a_undeclared) {
     MmBf16Untransposed mm;
     REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &cube);
     mm.SetTensorA(c.x, true);
+  }
+}
+
+// A Matmul tiling whose usedCoreNum is above the SoC's cube cores (TCubeTiling: at most the core
+// count).
+BROKEN_ENTRY(test_only_matmul_used_cores_over_soc) {
+  KERNEL_TASK_TYPE_DEFAULT(KERNEL_TYPE_MIX_AIC_1_2);
+  TPipe pipe;
+  if ASCEND_IS_AIC {
+    TCubeTiling cube;
+    rope_matrix::CopyTiling(&cube, tiling + sizeof(RopeMatrixTiling));
+    cube.usedCoreNum = 64;
+    MmBf16Untransposed mm;
+    REGIST_MATMUL_OBJ(&pipe, GetSysWorkSpacePtr(), mm, &cube);
   }
 }
 

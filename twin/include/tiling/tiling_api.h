@@ -111,15 +111,16 @@ class MultiCoreMatmulTiling {
     return 0;
   }
   // -1 when any value is 0, baseM or baseN is not a multiple of 16, or baseK not a multiple of
-  // k0 = 32 bytes / sizeof(A) (SetAType first).
+  // k0 = 32 bytes / sizeof(A) (SetAType first), as CANN; and, stricter than CANN's code, for any
+  // baseK but -1: SetFixSplit.md says only -1 is supported.
   int32_t SetFixSplit(int32_t bm = -1, int32_t bn = -1, int32_t bk = -1) {
     if (bm == 0 || bn == 0 || bk == 0) return -1;
     if (bm != -1 && bm % 16 != 0) return -1;
     if (bn != -1 && bn % 16 != 0) return -1;
     if (bk != -1 && bk % (32 / elem_bytes()) != 0) return -1;
+    if (bk != -1) return -1;
     if (bm != -1) fbm_ = bm;
     if (bn != -1) fbn_ = bn;
-    if (bk != -1) fbk_ = bk;
     return 0;
   }
   // -1 when a size is below -1 or above what the platform has; sizes are rounded down to 32 bytes.
@@ -138,10 +139,9 @@ class MultiCoreMatmulTiling {
     const int32_t sm = sm_ > 0 ? sm_ : (m_ > 0 ? m_ : M), sn = sn_ > 0 ? sn_ : (n_ > 0 ? n_ : N),
                   sk = sk_ > 0 ? sk_ : (k_ > 0 ? k_ : K);
     const int64_t sz = elem_bytes();
-    // CANN CheckSetParam: a zero single shape; fixed base blocks over L0A, L0B or L0C.
+    // CANN CheckSetParam: a zero single shape; a fixed base block over L0C (over L0A or L0B needs a
+    // fixed baseK, which SetFixSplit refuses here).
     if (m_ == 0 || n_ == 0 || k_ == 0) return -1;
-    if (fbm_ > 0 && fbk_ > 0 && int64_t(fbm_) * fbk_ * sz > l0a_) return -1;
-    if (fbk_ > 0 && fbn_ > 0 && int64_t(fbk_) * fbn_ * sz > l0b_) return -1;
     if (fbm_ > 0 && fbn_ > 0 && int64_t(fbm_) * fbn_ * 4 > l0c_) return -1;
     // CANN CheckBaseMN: one 32-byte column of baseM (baseN) rows must fit L0A (L0B), 16 columns L0C.
     if (fbm_ > 0 && (int64_t(fbm_) * 32 > l0a_ || int64_t(fbm_) * (fbn_ > 0 ? fbn_ : 16) * 4 > l0c_)) return -1;
@@ -155,8 +155,8 @@ class MultiCoreMatmulTiling {
     int64_t bn = fbn_ > 0 ? fbn_ : std::min<int64_t>(a16(sn), 128);
     if (bm * bn * 4 > l0c_) return -1;
     const int64_t dbl0 = 2;
-    int64_t bk = fbk_ > 0 ? fbk_ : a16(sk);
-    while (fbk_ <= 0 && bk > 16 && (bm * bk * sz * dbl0 > l0a_ || bn * bk * sz * dbl0 > l0b_)) bk -= 16;
+    int64_t bk = a16(sk);
+    while (bk > 16 && (bm * bk * sz * dbl0 > l0a_ || bn * bk * sz * dbl0 > l0b_)) bk -= 16;
     if (bm * bk * sz * dbl0 > l0a_ || bn * bk * sz * dbl0 > l0b_) return -1;
     int64_t stepK = (sk + bk - 1) / bk;
     auto l1_need = [&](int64_t s) { return 2 * s * bm * bk * sz + 2 * s * bn * bk * sz; };
@@ -185,7 +185,7 @@ class MultiCoreMatmulTiling {
   int64_t elem_bytes() const { return a_ == DataType::DT_FLOAT || a_ == DataType::DT_INT32 ? 4 : a_ == DataType::DT_INT8 ? 1 : 2; }
   int64_t l1_ = 0, l0c_ = 0, l0a_ = 0, l0b_ = 0, l1Max_ = 0, l0cMax_ = 0, ubMax_ = 0;
   int32_t dim_ = 0, m_ = -1, n_ = -1, k_ = -1, om_ = -1, on_ = -1, ok_ = -1, sm_ = -1, sn_ = -1, sk_ = -1;
-  int32_t fbm_ = -1, fbn_ = -1, fbk_ = -1;
+  int32_t fbm_ = -1, fbn_ = -1;
   bool bias_ = false, ta_ = false, tb_ = false;
   DataType a_ = DataType::DT_FLOAT16, b_ = DataType::DT_FLOAT16, c_ = DataType::DT_FLOAT16;
   CubeFormat fa_ = CubeFormat::ND, fb_ = CubeFormat::ND, fc_ = CubeFormat::ND;

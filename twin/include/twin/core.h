@@ -162,6 +162,7 @@ class Launch {
 
   KernelKind kind() const { return kind_; }
   int block_dim() const { return block_dim_; }
+  int max_aic() const { return max_aic_; }  // the SoC's cores of the launch's kind (AI Cores for MIX)
   const std::vector<CoreStats>& stats() const { return stats_; }
   // A flag counter after the run: slots AIV 2b+s at [0, 2B), AIC b at [2B, 3B).
   int flag_counter(int slot, int flag) const { return counters_[slot][flag]; }
@@ -189,6 +190,7 @@ class Launch {
 
   KernelKind kind_;
   int block_dim_;
+  int max_aic_;
   std::vector<std::unique_ptr<GmRegion>> regions_;
   uint8_t* ws_base_ = nullptr;
   uint64_t ws_bytes_ = 0;

@@ -33,6 +33,11 @@ inline void check_cube_tiling(const TCubeTiling& t, int64_t sz) {
   if (l1 > 512 * 1024 - 256) bad(str("L1: A and B tiles need ", l1, " bytes > 524032"));
   if (t.iterateOrder != 0 && t.iterateOrder != 1) bad("iterateOrder must be 0 or 1");
   if (t.isBias != 0) bad("isBias: bias is not used by this kernel");
+  // TCubeTiling结构体.md: usedCoreNum at most the core count; in cube-only mode SetDim takes the AIC
+  // count (SetDim.md), so the SoC's cube cores bound it.
+  if (t.usedCoreNum > launch().max_aic()) {
+    bad(str("usedCoreNum = ", t.usedCoreNum, " above the SoC's ", launch().max_aic(), " cube cores"));
+  }
   if (t.usedCoreNum <= 0 || t.usedCoreNum > launch().block_dim() * 2) bad(str("usedCoreNum = ", t.usedCoreNum));
 }
 
