@@ -5,10 +5,13 @@
 // tables run along: BNSD with [S, D] / [1, 1, S, D] tables is outer = B*N, inner = 1; BSND with
 // [S, 1, D] / [1, S, 1, D] tables is outer = B, inner = N. The tables are [S, D] rows.
 //
-// Work split. Cube core b (of blockDim) owns the S rows [cubeRowBegin(b), +cubeRowCount(b)), and the
-// split is even (counts differ by at most one). It walks them in blocks of up to stepRows rows (a
-// multiple of 2*chunkRows), and each block in head groups (outerChunk outer heads x innerChunk inner
-// heads): per step (block, head group) it multiplies those rows of the group's heads by y into a
+// Work split. blockDim = sCores * oGroups cube cores: S is split evenly over sCores = min(cube cores,
+// ceil(S / 2)) (every cube core gets at least one row), and when S leaves cube cores idle (a decode
+// step: S = 1) the outer heads are split over oGroups = min(outer, cube cores / sCores) as well.
+// Cube core b owns the S rows of S-core b / oGroups (CubeRows) of the outer heads of group
+// b % oGroups (CubeHeads); counts differ by at most one in both. It walks its rows in blocks of up
+// to stepRows rows (a multiple of 2*chunkRows), and each block in head groups of its outer heads
+// (outerChunk outer heads x innerChunk inner heads): per step (block, head group) it multiplies those rows of the group's heads by y into a
 // workspace slot (two slots, a ring), one IterateAll per head, then signals its two vector cores;
 // vector core 2b+s takes the first (s = 0) or second (s = 1) half of the block's rows, walks them in
 // chunks of up to chunkRows rows (its UB tile) for every head of the group, and signals back when
@@ -39,7 +42,7 @@ constexpr uint32_t kSlots = 2;       // workspace ping-pong slots per cube core
 constexpr uint64_t kSlotBytes = 1ull << 20;  // bytes of one workspace slot at most (2 slots per AI Core)
 
 struct RopeMatrixTiling {
-  uint32_t blockDim;        // AI Cores launched (= cube cores); vector cores = 2 * blockDim
+  uint32_t blockDim;        // AI Cores launched (= cube cores, sCores * oGroups); vector cores = 2 * blockDim
   uint32_t d;               // head dim D (elements per row)
   uint32_t dPad;            // row pitch in UB (elements): D rounded up so a row of x, of a table and of
                             // an fp32 temporary are each a multiple of 32 bytes
@@ -51,8 +54,8 @@ struct RopeMatrixTiling {
   uint64_t outer;           // product of x dims before the S dim
   uint64_t s;               // S: rows of the tables
   uint64_t inner;           // product of x dims between S and D
-  uint64_t sBase;           // S / blockDim: rows of every cube core ...
-  uint64_t sRem;            // ... plus one for cube cores [0, S % blockDim)
+  uint64_t sBase;           // S / sCores: rows of every cube core ...
+  uint64_t sRem;            // ... plus one for S-cores [0, S % sCores)
   uint64_t outerChunk;      // outer heads per step (a head group), <= outer
   uint64_t innerChunk;      // inner heads per step, <= inner; the slot's row pitch is innerChunk * D
   uint64_t stepRows;        // S rows per step (the cube's rows per IterateAll, times innerChunk):
@@ -61,26 +64,40 @@ struct RopeMatrixTiling {
                             // = stepRows * innerChunk * D
   uint64_t slotElems;       // elements of one workspace slot = outerChunk * headStride (<= kSlotBytes)
   uint64_t userWorkspace;   // user workspace bytes = blockDim * kSlots * slotElems * xBytes
+  uint32_t sCores;          // cube cores along S ...
+  uint32_t oGroups;         // ... and along the outer heads: blockDim = sCores * oGroups
+  uint64_t oBase;           // outer / oGroups: outer heads of every cube core ...
+  uint64_t oRem;            // ... plus one for head groups [0, outer % oGroups)
 };
 
 // S rows of cube core `b`: [begin, begin + count).
 __aicore__ inline void CubeRows(const RopeMatrixTiling& t, uint64_t b, uint64_t& begin, uint64_t& count) {
-  const uint64_t extra = b < t.sRem ? b : t.sRem;
-  begin = b * t.sBase + extra;
-  count = t.sBase + (b < t.sRem ? 1 : 0);
+  const uint64_t sc = b / t.oGroups;
+  const uint64_t extra = sc < t.sRem ? sc : t.sRem;
+  begin = sc * t.sBase + extra;
+  count = t.sBase + (sc < t.sRem ? 1 : 0);
 }
 
-// Head groups per row chunk: ceil(outer / outerChunk) * ceil(inner / innerChunk). Group g covers
-// outer heads [o0, o0 + on) and inner heads [i0, i0 + in).
-__aicore__ inline uint64_t HeadGroups(const RopeMatrixTiling& t) {
-  return ((t.outer + t.outerChunk - 1) / t.outerChunk) * ((t.inner + t.innerChunk - 1) / t.innerChunk);
+// Outer heads of cube core `b`: [begin, begin + count).
+__aicore__ inline void CubeHeads(const RopeMatrixTiling& t, uint64_t b, uint64_t& begin, uint64_t& count) {
+  const uint64_t og = b % t.oGroups;
+  begin = og * t.oBase + (og < t.oRem ? og : t.oRem);
+  count = t.oBase + (og < t.oRem ? 1 : 0);
 }
-__aicore__ inline void HeadGroup(const RopeMatrixTiling& t, uint64_t g, uint64_t& o0, uint64_t& on, uint64_t& i0,
-                                 uint64_t& in) {
+
+// Head groups per row chunk of a cube core with `heads` outer heads: ceil(heads / outerChunk) *
+// ceil(inner / innerChunk). Group g covers outer heads [o0, o0 + on) (from the core's first,
+// `oBegin`) and inner heads [i0, i0 + in).
+__aicore__ inline uint64_t HeadGroups(const RopeMatrixTiling& t, uint64_t heads) {
+  return ((heads + t.outerChunk - 1) / t.outerChunk) * ((t.inner + t.innerChunk - 1) / t.innerChunk);
+}
+__aicore__ inline void HeadGroup(const RopeMatrixTiling& t, uint64_t oBegin, uint64_t heads, uint64_t g, uint64_t& o0,
+                                 uint64_t& on, uint64_t& i0, uint64_t& in) {
   const uint64_t gi = (t.inner + t.innerChunk - 1) / t.innerChunk;
-  o0 = (g / gi) * t.outerChunk;
+  const uint64_t rel = (g / gi) * t.outerChunk;
+  o0 = oBegin + rel;
   i0 = (g % gi) * t.innerChunk;
-  on = t.outer - o0 < t.outerChunk ? t.outer - o0 : t.outerChunk;
+  on = heads - rel < t.outerChunk ? heads - rel : t.outerChunk;
   in = t.inner - i0 < t.innerChunk ? t.inner - i0 : t.innerChunk;
 }
 

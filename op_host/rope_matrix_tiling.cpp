@@ -68,15 +68,23 @@ RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t
   const uint64_t gap = (p.inner - 1) * p.d * p.xBytes;
   if (gap > UINT32_MAX) fail("x row gap of ", gap, " bytes (inner = ", p.inner, ") exceeds DataCopyPad's 32-bit stride");
 
-  uint64_t blocks = std::min<uint64_t>(plat.aicNum, ceil_div(p.s, 2));  // every cube core gets >= 1 row
-  if (maxBlockDim) blocks = std::min<uint64_t>(blocks, maxBlockDim);
-  t.blockDim = static_cast<uint32_t>(blocks);
+  // Cube cores along S (every one gets >= 1 row, 2 when S allows), then along the outer heads with
+  // what S leaves idle (a decode step, S = 1, takes one S-core and splits the heads).
+  const uint64_t cores = maxBlockDim ? std::min<uint64_t>(plat.aicNum, maxBlockDim) : plat.aicNum;
+  const uint64_t sCores = std::min<uint64_t>(cores, ceil_div(p.s, 2));
+  const uint64_t oGroups = std::min<uint64_t>(p.outer, cores / sCores);
+  t.sCores = static_cast<uint32_t>(sCores);
+  t.oGroups = static_cast<uint32_t>(oGroups);
+  t.blockDim = static_cast<uint32_t>(sCores * oGroups);
   t.outer = p.outer;
   t.s = p.s;
   t.inner = p.inner;
-  t.sBase = p.s / blocks;
-  t.sRem = p.s % blocks;
+  t.sBase = p.s / sCores;
+  t.sRem = p.s % sCores;
+  t.oBase = p.outer / oGroups;
+  t.oRem = p.outer % oGroups;
   const uint64_t cubeMax = t.sBase + (t.sRem ? 1 : 0);
+  const uint64_t headsMax = t.oBase + (t.oRem ? 1 : 0);  // outer heads of the fullest cube core
   uint64_t chunk = std::min<uint64_t>({maxChunk, ceil_div(cubeMax, 2), kMaxBlockCount});
   // Workspace bound: one step (2 * chunk S rows of a head group) must fit a slot of kSlotBytes.
   // First the rows of a chunk shrink (wide BSND rows of many inner heads), then, at one row per
@@ -103,8 +111,8 @@ RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t
   }
   const uint64_t stepRows = 2 * chunk * perChunk;
   // The outer heads per step fill the slot, in groups of equal size (the last one is not a sliver).
-  const uint64_t outerMax = std::min<uint64_t>(p.outer, slotMax / (stepRows * innerChunk * p.d));
-  const uint64_t outerChunk = ceil_div(p.outer, ceil_div(p.outer, outerMax));
+  const uint64_t outerMax = std::min<uint64_t>(headsMax, slotMax / (stepRows * innerChunk * p.d));
+  const uint64_t outerChunk = ceil_div(headsMax, ceil_div(headsMax, outerMax));
   t.chunkRows = static_cast<uint32_t>(chunk);
   t.ubBytes = static_cast<uint32_t>(perRow * chunk);
   t.outerChunk = outerChunk;

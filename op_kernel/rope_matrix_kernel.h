@@ -1,7 +1,8 @@
 // The rope_matrix kernel, KERNEL_TYPE_MIX_AIC_1_2: out = x * cos + (x @ y) * sin.
 //
-// Cube core b: for each step (a block of stepRows S rows x a head group), those x rows @ y, one
-// IterateAll per head -> workspace slot (step % 2), then flag READY. Vector core 2b+s: per step, wait
+// Cube core b (its S rows and outer heads: inc/rope_matrix_tiling.h): for each step (a block of
+// stepRows S rows x a head group), those x rows @ y, one IterateAll per head -> workspace slot
+// (step % 2), then flag READY. Vector core 2b+s: per step, wait
 // READY and walk its half of the block in chunks of chunkRows rows: load the chunk's cos/sin rows
 // (once per block when its half is one chunk), then for every head of the group load x and x@y,
 // compute in fp32 (Cast, Mul, Mul, Add, Cast CAST_RINT), store out; then flag FREE so the cube may
@@ -44,10 +45,11 @@ class RopeMatrixCube {
 
   __aicore__ inline void Process() {
     const uint64_t b = AscendC::GetBlockIdx();
-    uint64_t sBegin, rows;
+    uint64_t sBegin, rows, oBegin, heads;
     CubeRows(t_, b, sBegin, rows);
+    CubeHeads(t_, b, oBegin, heads);
     const uint64_t chunks = Steps(t_, rows);
-    const uint64_t groups = HeadGroups(t_);
+    const uint64_t groups = HeadGroups(t_, heads);
     const uint64_t wsCore = b * kSlots * t_.slotElems;
     const uint64_t rowElems = t_.inner * t_.d;  // elements of one S row across the inner heads
     mm_.SetTensorB(yGm_);
@@ -62,7 +64,7 @@ class RopeMatrixCube {
           AscendC::CrossCoreWaitFlag(kFlagFree0 + slot);
         }
         uint64_t o0, on, i0, in;
-        HeadGroup(t_, g, o0, on, i0, in);
+        HeadGroup(t_, oBegin, heads, g, o0, on, i0, in);
         const uint64_t slotBase = wsCore + slot * t_.slotElems;
         if (in == t_.inner) {
           // Rows s0 .. s0+n of head o (all inner heads) are contiguous in x: one product per head.
@@ -137,10 +139,11 @@ class RopeMatrixVec {
   __aicore__ inline void Process() {
     const uint64_t sub = AscendC::GetSubBlockIdx();
     const uint64_t b = (AscendC::GetBlockIdx() - sub) / kVecPerCube;
-    uint64_t sBegin, rows;
+    uint64_t sBegin, rows, oBegin, heads;
     CubeRows(t_, b, sBegin, rows);
+    CubeHeads(t_, b, oBegin, heads);
     const uint64_t chunks = Steps(t_, rows);
-    const uint64_t groups = HeadGroups(t_);
+    const uint64_t groups = HeadGroups(t_, heads);
     const uint64_t wsCore = b * kSlots * t_.slotElems;
     uint64_t step = 0;
     for (uint64_t c = 0; c < chunks; ++c) {
@@ -159,7 +162,7 @@ class RopeMatrixVec {
         const uint32_t slot = static_cast<uint32_t>(step % kSlots);
         AscendC::CrossCoreWaitFlag(kFlagReady0 + slot);
         uint64_t o0, on, i0, in;
-        HeadGroup(t_, g, o0, on, i0, in);
+        HeadGroup(t_, oBegin, heads, g, o0, on, i0, in);
         // Slot offsets count from the group's first heads; this core's share may start later.
         uint64_t oS = o0, onS = on, iS = i0, inS = in;
         if (headShare) SubHeads(sub, oS, onS, iS, inS);

@@ -16,12 +16,14 @@ UB_BUDGET = 196608 - 256 - 8192  # GetCoreMemSize(UB) on 910B minus the 8 KiB AP
 
 
 def _rows(t):
-    """{cube b: [rows]}, {vector 2b+s: [rows]} from the tiling fields, as the kernel walks them."""
+    """{cube b: [rows]}, {vector 2b+s: [rows]} from the tiling fields, as the kernel walks them (the
+    S rows; with oGroups > 1 several cube cores share rows, each with its own heads: see _cells)."""
     cube, vec = {}, {}
     per = t["stepRows"]
     for b in range(t["blockDim"]):
-        begin = b * t["sBase"] + min(b, t["sRem"])
-        count = t["sBase"] + (1 if b < t["sRem"] else 0)
+        sc = b // t["oGroups"]
+        begin = sc * t["sBase"] + min(sc, t["sRem"])
+        count = t["sBase"] + (1 if sc < t["sRem"] else 0)
         cube[b] = list(range(begin, begin + count))
         steps = -(-count // per)
         for sub in (0, 1):
@@ -35,6 +37,57 @@ def _rows(t):
     return cube, vec
 
 
+def _cells(t):
+    """{cube b: [(outer head, S row, inner head)]}, {vector 2b+s: [...]}: every x row each core
+    computes, walked as the kernel walks them (CubeRows, CubeHeads, HeadGroup, SubRows, SubHeads of
+    inc/rope_matrix_tiling.h, recomputed here from their documentation)."""
+    cube, vec = {}, {}
+    per, inner, oc, ic = t["stepRows"], t["inner"], t["outerChunk"], t["innerChunk"]
+    for b in range(t["blockDim"]):
+        sc, og = divmod(b, t["oGroups"])
+        s0 = sc * t["sBase"] + min(sc, t["sRem"])
+        rows = t["sBase"] + (1 if sc < t["sRem"] else 0)
+        o_begin = og * t["oBase"] + min(og, t["oRem"])
+        heads = t["oBase"] + (1 if og < t["oRem"] else 0)
+        gi = -(-inner // ic)
+        groups = -(-heads // oc) * gi
+        cube[b], vec[2 * b], vec[2 * b + 1] = [], [], []
+        for step in range(-(-rows // per)):
+            n = min(per, rows - step * per)
+            srow = s0 + step * per
+            for g in range(groups):
+                o0 = o_begin + (g // gi) * oc
+                on = min(oc, o_begin + heads - o0)
+                i0 = (g % gi) * ic
+                in_ = min(ic, inner - i0)
+                cube[b] += [(o, r, i) for o in range(o0, o0 + on) for r in range(srow, srow + n)
+                            for i in range(i0, i0 + in_)]
+                for sub in (0, 1):
+                    if n == 1:  # SubHeads: both take the row, each half of the heads
+                        if on > 1:
+                            h0 = (on + 1) // 2
+                            os_, ons = (o0, h0) if sub == 0 else (o0 + h0, on - h0)
+                            is_, ins = i0, in_
+                        else:
+                            h0 = (in_ + 1) // 2
+                            is_, ins = (i0, h0) if sub == 0 else (i0 + h0, in_ - h0)
+                            os_, ons = o0, on
+                        first, cnt = 0, 1
+                    else:  # SubRows
+                        h0 = (n + 1) // 2
+                        first, cnt = (0, h0) if sub == 0 else (h0, n - h0)
+                        os_, ons, is_, ins = o0, on, i0, in_
+                    vec[2 * b + sub] += [(o, r, i) for o in range(os_, os_ + ons)
+                                         for r in range(srow + first, srow + first + cnt)
+                                         for i in range(is_, is_ + ins)]
+    return cube, vec
+
+
+def _expected_split(outer, s, aic):
+    s_cores = min(aic, -(-s // 2))
+    return s_cores, min(outer, aic // s_cores)
+
+
 S_SWEEP = list(range(1, 130)) + [199, 200, 201, 999, 1000, 1001, 1521, 1522, 28799, 28800, 100003]
 
 
@@ -43,7 +96,11 @@ def test_every_row_exactly_once(soc, aic):
     for s in S_SWEEP:
         t = twin.tiling(2, s, 1, 128, soc=soc)
         assert t["aicNum"] == aic and t["aivNum"] == 2 * aic
-        assert t["blockDim"] == min(aic, -(-s // 2)), s
+        s_cores, o_groups = _expected_split(2, s, aic)
+        assert (t["sCores"], t["oGroups"]) == (s_cores, o_groups), s
+        assert t["blockDim"] == s_cores * o_groups, s
+        if o_groups > 1:  # the S rows are shared by the head groups: see test_every_head_row_exactly_once
+            continue
         cube, vec = _rows(t)
         all_rows = sorted(r for rows in vec.values() for r in rows)
         assert all_rows == list(range(s)), f"S={s}: rows not covered exactly once"
@@ -56,6 +113,26 @@ def test_every_row_exactly_once(soc, aic):
         assert max(counts) - min(counts) <= t["chunkRows"] + 1, s
         cube_counts = [len(r) for r in cube.values()]
         assert max(cube_counts) - min(cube_counts) <= 1, s
+
+
+@pytest.mark.parametrize("soc,aic", [("Ascend910B3", 20), ("Ascend910B1", 24)])
+@pytest.mark.parametrize("outer", [1, 2, 3, 7, 19, 20, 21, 32, 41, 100])
+@pytest.mark.parametrize("s,inner", [(1, 1), (1, 3), (2, 1), (3, 2), (5, 1), (7, 1), (16, 1), (39, 1), (40, 2), (41, 1)])
+def test_every_head_row_exactly_once(soc, aic, outer, s, inner):
+    # Short S leaves cube cores idle: the outer heads are split over them too (oGroups > 1).
+    t = twin.tiling(outer, s, inner, 64, soc=soc)
+    s_cores, o_groups = _expected_split(outer, s, aic)
+    assert (t["sCores"], t["oGroups"], t["blockDim"]) == (s_cores, o_groups, s_cores * o_groups)
+    assert t["blockDim"] <= aic
+    cube, vec = _cells(t)
+    every = sorted((o, r, i) for o in range(outer) for r in range(s) for i in range(inner))
+    assert sorted(c for cells in vec.values() for c in cells) == every, "rows not covered exactly once"
+    for b, cells in cube.items():
+        assert cells, f"cube core {b} has nothing to do"
+        assert sorted(vec[2 * b] + vec[2 * b + 1]) == sorted(cells), f"cube {b} != union of its vector cores"
+    heads = [t["oBase"] + (1 if og < t["oRem"] else 0) for og in range(t["oGroups"])]
+    assert max(heads) - min(heads) <= 1 and min(heads) >= 1
+    assert t["outerChunk"] <= max(heads)
 
 
 @pytest.mark.parametrize("d", [16, 40, 44, 64, 128, 130, 256, 512, 1024, 3072])
@@ -129,7 +206,7 @@ def test_no_32bit_overflow_beyond_2_pow_31_elements():
     t = twin.tiling(outer, s, 1, d)
     assert outer * s * d >= 2**31
     assert t["s"] == s and t["outer"] == outer
-    assert t["sBase"] * t["blockDim"] + t["sRem"] == s
+    assert t["sBase"] * t["sCores"] + t["sRem"] == s
     assert t["slotElems"] == t["outerChunk"] * t["headStride"]
     assert t["userWorkspace"] == t["blockDim"] * 2 * t["slotElems"] * 2
     # The largest GM offset the kernel forms (last head, last row) needs 64 bits.

@@ -198,7 +198,8 @@ const std::map<std::string, KernelFn>& test_only_kernels() {
 
 #define TILING_FIELDS(X)                                                                                   \
   X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(outer) X(s) X(inner) \
-      X(sBase) X(sRem) X(outerChunk) X(innerChunk) X(stepRows) X(headStride) X(slotElems) X(userWorkspace)
+      X(sBase) X(sRem) X(outerChunk) X(innerChunk) X(stepRows) X(headStride) X(slotElems) X(userWorkspace)         \
+          X(sCores) X(oGroups) X(oBase) X(oRem)
 
 #define PERM_TILING_FIELDS(X)                                                                                 \
   X(blockDim) X(d) X(dPad) X(chunkRows) X(xBytes) X(tableBytes) X(ubBytes) X(ubBudget) X(sCores) X(oGroups) \
@@ -488,6 +489,9 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
     // The original's full-size workspace and one IterateAll per head of all of a cube core's rows.
     if (c.problem.xType != rope_matrix::DType::BF16 || c.problem.tableBytes != 2) {
       throw py::value_error("test_only_original_schedule runs bf16 x with bf16 tables only");
+    }
+    if (t.oGroups != 1) {
+      throw py::value_error("test_only_original_schedule splits S only: it needs S >= 2 rows per AI Core (oGroups = 1)");
     }
     rope_matrix::RopeMatrixTiling whole = t;
     whole.innerChunk = t.inner;
