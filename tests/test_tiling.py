@@ -219,16 +219,19 @@ SYS_WS = 16 << 20
 
 
 def _heads(t):
-    """(outer, inner) heads covered by the head groups, each exactly once."""
-    go = -(-t["outer"] // t["outerChunk"])
+    """(outer, inner) heads that the head groups of every cube core's outer heads cover, each exactly once."""
     gi = -(-t["inner"] // t["innerChunk"])
     seen = set()
-    for g in range(go * gi):
-        o0, i0 = (g // gi) * t["outerChunk"], (g % gi) * t["innerChunk"]
-        for o in range(o0, min(t["outer"], o0 + t["outerChunk"])):
-            for i in range(i0, min(t["inner"], i0 + t["innerChunk"])):
-                assert (o, i) not in seen
-                seen.add((o, i))
+    for og in range(t["oGroups"]):
+        o_begin = og * t["oBase"] + min(og, t["oRem"])
+        heads = t["oBase"] + (1 if og < t["oRem"] else 0)
+        go = -(-heads // t["outerChunk"])
+        for g in range(go * gi):
+            o0, i0 = o_begin + (g // gi) * t["outerChunk"], (g % gi) * t["innerChunk"]
+            for o in range(o0, min(o_begin + heads, o0 + t["outerChunk"])):
+                for i in range(i0, min(t["inner"], i0 + t["innerChunk"])):
+                    assert (o, i) not in seen
+                    seen.add((o, i))
     return seen
 
 
@@ -269,8 +272,9 @@ def test_workspace_bounded_for_any_shape(outer, s, inner, d, x_dtype):
         assert len(_heads(t)) == outer * inner
     # as few head groups as the slot allows (no needless shrinking), of equal size but the last
     if t["innerChunk"] == inner:
-        most = min(outer, SLOT_BYTES // (t["headStride"] * xb))
-        assert -(-outer // t["outerChunk"]) == -(-outer // most)
+        heads = t["oBase"] + (1 if t["oRem"] else 0)  # outer heads of the fullest cube core
+        most = min(heads, SLOT_BYTES // (t["headStride"] * xb))
+        assert -(-heads // t["outerChunk"]) == -(-heads // most)
 
 
 def test_workspace_bound_at_2_pow_31_elements_and_beyond():

@@ -237,31 +237,69 @@ def test_twin_steps_of_several_chunks(layout, bn, s, d, expect):
 
 
 @pytest.mark.parametrize(
-    "shape,tshape,rows",
+    "shape,tshape,cores,rows",
     [
-        ((8, 32, 1, 128), (1, 128), [[128, 128]]),  # BNSD decode, B = 8: the 256 heads in two
-        ((1, 3, 1, 64), (1, 64), [[2, 1]]),  # an odd head count: the first share one larger
-        ((1, 1, 1, 64), (1, 64), [[1, 0]]),  # one head: the second vector core has none
-        ((2, 1, 32, 128), (1, 1, 128), [[32, 32]]),  # BSND: 2 outer x 32 inner heads, by outer heads
-        ((1, 1, 32, 128), (1, 1, 128), [[16, 16]]),  # BSND, B = 1: by inner heads
-        ((1, 4, 3, 64), (3, 64), [[4, 4], [2, 2]]),  # S = 3: core 0 splits 2 rows, core 1 its one row's heads
+        ((8, 32, 1, 128), (1, 128), 1, [[128, 128]]),  # BNSD decode, B = 8: the 256 heads in two
+        ((1, 3, 1, 64), (1, 64), 1, [[2, 1]]),  # an odd head count: the first share one larger
+        ((1, 1, 1, 64), (1, 64), 1, [[1, 0]]),  # one head: the second vector core has none
+        ((2, 1, 32, 128), (1, 1, 128), 1, [[32, 32]]),  # BSND decode: 64 heads
+        ((2, 1, 32, 128), (32, 128), 1, [[32, 32]]),  # BSND, tables over N (S = 32): 2 outer heads, one each
+        ((1, 1, 32, 128), (32, 128), 1, [[16, 16]]),  # ... B = 1: one outer head, by inner heads
+        ((1, 4, 3, 64), (3, 64), 2, [[4, 4], [2, 2]]),  # S = 3: core 0 splits 2 rows, core 1 its one row's heads
     ],
 )
-def test_twin_decode_step_shares_heads_between_the_vector_cores(shape, tshape, rows):
+def test_twin_decode_step_shares_heads_between_the_vector_cores(shape, tshape, cores, rows):
     # A step of one S row goes to both vector cores of its cube core, each with half of the heads
     # (it went to sub-block 0 alone): bit-exact with the CPU kernel, every output written once.
+    # `cores` AI Cores (max_block_dim), so that the heads are not split over more of them.
     g = torch.Generator().manual_seed(11)
     d = shape[-1]
     x = torch.randn(shape, generator=g).to(torch.bfloat16)
     y = mode_matrix("half", [d], dtype=torch.bfloat16)
     sin = torch.randn(tshape, generator=g).to(torch.bfloat16)
     cos = torch.randn(tshape, generator=g).to(torch.bfloat16)
-    out, rep = twin.run(x, y, sin, cos, kernel="mix")
+    out, rep = twin.run(x, y, sin, cos, kernel="mix", max_block_dim=cores)
     assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
     _check_report(rep, x.numel() // d)
     got = [[c["rows"] for c in sorted((a for a in rep["cores"] if a["type"] == "AIV" and a["block"] == b),
                                       key=lambda a: a["sub"])] for b in range(rep["tiling"]["blockDim"])]
     assert got == rows
+
+
+@pytest.mark.parametrize(
+    "shape,tshape,soc,heads",
+    [
+        ((8, 32, 1, 128), (1, 128), "Ascend910B3", [13] * 16 + [12] * 4),  # BNSD decode, B = 8: 256 heads
+        ((1, 32, 1, 128), (1, 128), "Ascend910B1", [2] * 8 + [1] * 16),  # B = 1: 32 heads on 24 cores
+        ((1, 5, 1, 64), (1, 64), "Ascend910B3", [1] * 5),  # fewer heads than cores: one each
+        ((2, 1, 8, 64), (1, 1, 64), "Ascend910B3", [1] * 16),  # BSND decode: B * N heads
+        ((1, 7, 4, 64), (4, 64), "Ascend910B3", [1] * 14),  # S = 4: 2 S-cores x 7 head groups
+    ],
+)
+def test_twin_short_s_splits_heads_over_the_ai_cores(shape, tshape, soc, heads):
+    # S = 1 (or any S that leaves AI Cores idle) with a dense mat: the outer heads are split over the
+    # AI Cores (oGroups), S over sCores: bit-exact for a signed permutation, within bf16 rounding
+    # for a dense mat, every output written once, each core's vector rows = its heads x its S rows.
+    g = torch.Generator().manual_seed(12)
+    d = shape[-1]
+    x = torch.randn(shape, generator=g).to(torch.bfloat16)
+    sin = torch.randn(tshape, generator=g).to(torch.bfloat16)
+    cos = torch.randn(tshape, generator=g).to(torch.bfloat16)
+    y = mode_matrix("half", [d], dtype=torch.bfloat16)
+    out, rep = twin.run(x, y, sin, cos, kernel="mix", soc=soc)
+    assert torch.equal(out, torch.ops.npu_ops_transformer_ext.rope_matrix(x, y, sin, cos))
+    _check_report(rep, x.numel() // d)
+    t = rep["tiling"]
+    assert t["blockDim"] == len(heads) == t["sCores"] * t["oGroups"]
+    s_rows = [t["sBase"] + (1 if b // t["oGroups"] < t["sRem"] else 0) for b in range(t["blockDim"])]
+    per_core = [sum(c["rows"] for c in rep["cores"] if c["type"] == "AIV" and c["block"] == b)
+                for b in range(t["blockDim"])]
+    inner = x.numel() // d // (t["outer"] * t["s"])
+    assert per_core == [h * r * inner for h, r in zip(heads, s_rows)]
+    dense = (torch.randn(d, d, generator=g) / 8).to(torch.bfloat16)
+    out, rep = twin.run(x, dense, sin, cos, soc=soc)
+    assert rep["kernel_kind"] == "mix" and rep["tiling"]["blockDim"] == len(heads)
+    torch.testing.assert_close(out, rope_matrix_reference(x, dense, sin, cos), rtol=1.6e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("dt", ["bf16", "fp16"])

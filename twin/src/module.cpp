@@ -463,11 +463,17 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
                                 : (!variant.empty() || patch.size()) ? std::string("mix")
                                                                       : rope_matrix::requested_kernel_from_env();
   TwinPlatform tp(plat);
-  rope_matrix::LaunchPlan plan = rope_matrix::plan_launch(
-      c, plat, tp.ascendc, requested, max_block_dim, slot_bytes,
-      patch.size() ? std::function<void(rope_matrix::RopeMatrixTiling&)>(
-                         [&](rope_matrix::RopeMatrixTiling& t) { patch_tiling(t, patch); })
-                   : nullptr);
+  auto make_plan = [&](uint32_t cap) {
+    return rope_matrix::plan_launch(c, plat, tp.ascendc, requested, cap, slot_bytes,
+                                    patch.size() ? std::function<void(rope_matrix::RopeMatrixTiling&)>(
+                                                       [&](rope_matrix::RopeMatrixTiling& t) { patch_tiling(t, patch); })
+                                                 : nullptr);
+  };
+  rope_matrix::LaunchPlan plan = make_plan(max_block_dim);
+  if (variant == "test_only_original_schedule" && plan.mix.oGroups != 1) {
+    // The original split S only: as many AI Cores as S fills (sCores), all heads on each.
+    plan = make_plan(plan.mix.sCores);
+  }
   const bool perm = plan.kind == rope_matrix::NpuKernel::PERM;
   const rope_matrix::RopeMatrixTiling& t = plan.mix;
   std::vector<uint8_t>& packed = plan.tiling;
@@ -489,9 +495,6 @@ py::dict run_py(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
     // The original's full-size workspace and one IterateAll per head of all of a cube core's rows.
     if (c.problem.xType != rope_matrix::DType::BF16 || c.problem.tableBytes != 2) {
       throw py::value_error("test_only_original_schedule runs bf16 x with bf16 tables only");
-    }
-    if (t.oGroups != 1) {
-      throw py::value_error("test_only_original_schedule splits S only: it needs S >= 2 rows per AI Core (oGroups = 1)");
     }
     rope_matrix::RopeMatrixTiling whole = t;
     whole.innerChunk = t.inner;
