@@ -19,6 +19,8 @@ import copy
 
 import torch
 
+MAX_POSITIONS = 1024  # max_seq_len of the WanRotaryPosEmbed built below: positions per axis
+
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python benchmarks/wan_bf16_rope.py", description=__doc__.split("\n")[0])
@@ -27,6 +29,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--width", type=int, default=104, help="latent width (default 104: 832 px)")
     ap.add_argument("--heads", type=int, default=4, help="heads of q (default 4)")
     a = ap.parse_args(argv)
+    for name in ("frames", "height", "width"):  # the rope module's tables hold 1024 positions per axis
+        if not 1 <= getattr(a, name) <= MAX_POSITIONS:
+            ap.error(f"--{name} must be from 1 to {MAX_POSITIONS} (the rope module's max_seq_len), got {getattr(a, name)}")
+    if a.heads < 1:
+        ap.error(f"--heads must be >= 1, got {a.heads}")
 
     import diffusers
     import npu_ops_transformer_ext  # noqa: F401
@@ -34,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
     from npu_ops_transformer_ext import diffusers_patch as dp
 
     rope = diffusers.models.transformers.transformer_wan.WanRotaryPosEmbed(
-        attention_head_dim=128, patch_size=(1, 2, 2), max_seq_len=1024
+        attention_head_dim=128, patch_size=(1, 2, 2), max_seq_len=MAX_POSITIONS
     )
     latents = torch.zeros(1, 16, a.frames, 2 * a.height, 2 * a.width)
     cos32, sin32 = rope(latents)  # float32 (diffusers' buffers), [1, S, 1, 128]

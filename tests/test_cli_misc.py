@@ -39,6 +39,23 @@ def test_bench_decode_refuses_abbreviations():
     assert r.returncode == 2 and "unrecognized arguments: --call" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--frames", "0"], "--frames must be from 1 to 1024 (the rope module's max_seq_len), got 0"),
+        (["--height", "-1"], "--height must be from 1 to 1024"),
+        (["--width", "0"], "--width must be from 1 to 1024"),
+        (["--frames", "2000"], "--frames must be from 1 to 1024 (the rope module's max_seq_len), got 2000"),
+        (["--heads", "0"], "--heads must be >= 1, got 0"),
+    ],
+)
+def test_wan_bf16_rope_refuses_sizes_it_cannot_run(argv, message):
+    # were tracebacks deep in diffusers, or (--heads 0) a crash after the whole run
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "wan_bf16_rope.py"), *argv],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert r.returncode == 2 and message in " ".join(r.stderr.split()), r.stderr
+
+
 def _check(tmp_path, path, capsys, image=False):
     """The exit status and message of _cli.check_output_path on ``path`` ("" when it passes)."""
     import argparse
@@ -152,8 +169,33 @@ def test_a_refused_option_creates_no_output_folder(tmp_path, monkeypatch, capsys
     with pytest.raises(SystemExit) as e:
         plot.main(["missing.csv", "-o", "out/b.png"])
     assert e.value.code == 2
+    # nor a later output's refusal (was: --plot's folder created, then --csv refused)
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["--plot", "nd1/deep/x.png", "--csv", str(tmp_path)])
+    assert e.value.code == 2
     capsys.readouterr()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1"])
+def test_plot_and_summarize_refuse_values_no_measurement_gives(tmp_path, capsys, value):
+    # were: a matplotlib traceback (nan, inf) or an empty chart with exit 0 (0, -1) from plot, and
+    # "nan (nan–nan)" or "-1.00" with exit 0 from sweep --summarize
+    bench_csv = tmp_path / "b.csv"
+    bench_csv.write_text(f"op,mode,provider,median_ms,x_copy\nrope_matrix,half,rope_matrix,0.1,{value}\n")
+    sweep_csv = tmp_path / "s.csv"
+    sweep_csv.write_text("S,x_bytes,threads,x_limit,dtype,layout,mode,provider\n"
+                         f"256,1572864,2,{value},bfloat16,bnsd,half,rope_matrix\n")
+    for main, argv, message in (
+        (plot.main, [str(bench_csv), "-o", str(tmp_path / "b.png")],
+         f"{bench_csv} line 2: x_copy = '{value}' is not a positive finite number"),
+        (sweep.main, ["--summarize", str(sweep_csv), "--plot", ""],
+         f"{sweep_csv} line 2: x_limit = '{value}' is not a positive finite number"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2 and message in " ".join(capsys.readouterr().err.split())
+    assert not (tmp_path / "b.png").exists()
 
 
 def _trace(path, events=None):
@@ -175,6 +217,18 @@ def test_timeline_plot_draws_a_trace(tmp_path, capsys):
     for out, argv in ((tmp_path / "all.png", []), (tmp_path / "sub" / "zoom.svg", ["--window", "2,3", "--cores", "AIV_0"])):
         assert timeline_plot.main([trace, "--out", str(out), *argv]) == 0
         assert out.stat().st_size > 1000 and f"wrote {out}" in capsys.readouterr().out
+
+
+def test_timeline_plot_default_title_names_the_cores_drawn(tmp_path, monkeypatch):
+    # The default cores are AIC_0, AIV_0, AIV_1; a trace without AIV_1 draws two, and the title
+    # named all three.
+    matplotlib = pytest.importorskip("matplotlib")
+    monkeypatch.setitem(matplotlib.rcParams, "svg.fonttype", "none")  # text as text in the SVG
+    trace = _trace(tmp_path / "t.json")
+    out = tmp_path / "t.svg"
+    assert timeline_plot.main([trace, "--out", str(out)]) == 0
+    svg = out.read_text()
+    assert "twin timeline: AIC_0, AIV_0<" in svg and "AIV_1" not in svg
 
 
 def test_timeline_plot_options_that_cannot_work_exit_2(tmp_path, capsys):

@@ -192,6 +192,7 @@ def test_bad_options_exit_2_naming_the_option(monkeypatch, capsys):
         ([*small, "--seed", "99999999999999999999"], "--seed must be an integer from 0 to 2**32 - 1 = 4294967295"),
         ([*small, "--seed", "4611686018427387904"], "--seed must be an integer from 0 to 2**32 - 1"),  # seed * 100
         ([*small, "--seed", "-1"], "--seed must be an integer from 0 to 2**32 - 1 = 4294967295, got -1"),
+        ([*small, "--shape", "1,1,4,8"], "--small (the shape 1,3,97,128) and --shape 1,1,4,8 exclude each other"),
     ):
         with pytest.raises(SystemExit) as e:
             precision.main(argv)
@@ -209,3 +210,16 @@ def test_cli_entry_point_option_error_is_exit_2():
     )
     assert r.returncode == 2, r.stdout + r.stderr
     assert "Traceback" not in r.stderr and "--dims 1d needs an even D >= 2" in r.stderr
+
+
+def test_a_case_gives_the_same_rows_whichever_cases_run_with_it(capsys):
+    # The table seed was the case's place in --dims/--modes: 3d-interleave gave three different v1
+    # rows alone, with the other modes and with every case.
+    def rows(*argv):
+        assert precision.main(["--shape", "1,2,9,128", "--progress", "off", *argv]) == 0
+        return [line for line in capsys.readouterr().out.splitlines() if line.startswith("3d-interleave")]
+
+    alone = rows("--dims", "3d", "--modes", "interleave")
+    assert len(alone) >= 4
+    assert rows("--dims", "3d") == alone
+    assert rows("--dims", "2d,1d,3d", "--modes", "interleave,half") == alone

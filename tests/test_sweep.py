@@ -364,7 +364,7 @@ def test_summarize_refuses_what_is_not_a_sweep_csv(tmp_path, capsys):
         ([str(tmp_path / "missing.csv")], f"--summarize: cannot read {tmp_path / 'missing.csv'}: No such file"),
         ([good, header_only], f"--summarize: {header_only} has no rows; expected the CSV written by"),
         ([str(bench_csv)], f"--summarize: {bench_csv} has no column S, x_bytes, threads, x_limit, dtype, layout;"),
-        ([str(bad_value)], f"--summarize: {bad_value} line 2: threads = 'one' is not an integer;"),
+        ([str(bad_value)], f"--summarize: {bad_value} line 2: threads = 'one' is not a positive integer;"),
         ([str(truncated)], f"--summarize: {truncated} line 3: 5 fields where the header has 11; expected the CSV"),
     ):
         with pytest.raises(SystemExit) as e:

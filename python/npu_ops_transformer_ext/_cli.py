@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 PROGRESS_CHOICES = ("auto", "on", "off")
@@ -93,19 +94,28 @@ def image_formats() -> list[str]:
 def check_output_path(ap: argparse.ArgumentParser, option: str, path: str, image: bool = False) -> None:
     """``ap.error`` naming ``option`` unless ``path`` can be written (output_path_problem), checked
     before a run."""
-    problem = output_path_problem(path, image)
-    if problem:
-        ap.error(f"{option}{problem}")
+    check_output_paths(ap, [(option, path, image)])
 
 
-def output_path_problem(path: str, image: bool = False) -> str:
+def check_output_paths(ap: argparse.ArgumentParser, outputs: Sequence[tuple[str, str, bool]]) -> None:
+    """check_output_path for each ``(option, path, image)``, all of them before any folder is
+    created: a refused command leaves nothing behind."""
+    for create in (False, True):
+        for option, path, image in outputs:
+            problem = output_path_problem(path, image, create=create)
+            if problem:
+                ap.error(f"{option}{problem}")
+
+
+def output_path_problem(path: str, image: bool = False, create: bool = True) -> str:
     """Why ``path`` cannot be written, as text that follows the option's name (``""`` when it can):
     it is a file name (not an existing directory, not ending in a path separator), its folder exists
     or can be created (the nearest existing ancestor is a writable directory, and the folder is
-    created here, before the run), and the file can be created there (opened for appending, and
-    removed again when it did not exist before). ``image``: it must also end in an extension that
-    names a format of ``image_formats`` (the format ``savefig`` writes; a name without one would be
-    written as ``name.png``)."""
+    created here, before the run, unless ``create`` is false), and the file can be created there
+    (opened for appending, and removed again when it did not exist before; not tried when the
+    folder is still to be created). ``image``: it must also end in an extension that names a format
+    of ``image_formats`` (the format ``savefig`` writes; a name without one would be written as
+    ``name.png``)."""
     if not path:
         return ": give a file name"
     if "\0" in path:
@@ -132,6 +142,8 @@ def output_path_problem(path: str, image: bool = False) -> str:
     if not os.access(existing, os.W_OK | os.X_OK):
         verb = "write into" if existing == folder else "create its folder in"
         return f" {path}: cannot {verb} {existing} (no write permission)"
+    if not create and not os.path.isdir(folder):
+        return ""
     try:  # what the permission bits do not tell (read-only or virtual file systems, ...)
         os.makedirs(folder, exist_ok=True)
     except OSError as e:

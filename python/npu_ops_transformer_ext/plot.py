@@ -59,9 +59,13 @@ def read_csv(path: str) -> tuple[dict[str, dict[str, float]], dict[str, str], st
     data: dict[str, dict[str, float]] = defaultdict(dict)
     for i, r in enumerate(rows, 2):
         try:
-            data[r["mode"]][r["provider"]] = float(r.get(column) or "nan")
+            v = float(r.get(column) or "nan")  # an empty cell: no bar
         except ValueError:
             raise ValueError(f"{path} line {i}: {column} = {r[column]!r} is not a number ({what})") from None
+        if r.get(column) and not (math.isfinite(v) and v > 0):
+            # a time or a ratio of times: a log axis cannot draw it, and no measurement gives it
+            raise ValueError(f"{path} line {i}: {column} = {r[column]!r} is not a positive finite number ({what})")
+        data[r["mode"]][r["provider"]] = v
     return dict(data), rows[-1], label
 
 

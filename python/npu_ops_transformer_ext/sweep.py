@@ -27,7 +27,8 @@ float32, modes half / interleave / 3D (44+44+40 half), tables ``[S, D]`` in x's 
 with ``--table-dtype float32``), torch threads 1, 2 and all. Within one (S, dtype, threads) cell
 every provider is timed round-robin (one call of each per round), so that a change in machine load
 affects them alike and the ratios stay meaningful; a cell runs at least ``--iters`` rounds and at
-least ``--min-time`` seconds of them (hundreds of rounds for the small sizes). Calls are warm (the same x every call: x stays
+least ``--min-time`` seconds of them (hundreds of rounds for the small sizes), but no more than
+5000 rounds for the time (a cell of very fast calls may then last less than ``--min-time``). Calls are warm (the same x every call: x stays
 in cache where it fits), and every provider of a cell reads the same x memory: BSND x is the BNSD
 tensor's buffer viewed as ``[1, S, N, D]``.
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import os
 import statistics
 import sys
@@ -516,11 +518,13 @@ def _read_sweep_csv(path: str) -> list[dict]:
         for c, kind in columns.items():
             if kind is None:
                 continue
+            kind_name = "a positive integer" if kind is int else "a positive finite number"
             try:
-                kind(r[c])
+                v = kind(r[c])
             except (TypeError, ValueError):
-                kind_name = "an integer" if kind is int else "a number"
                 raise ValueError(f"{path} line {i}: {c} = {r[c]!r} is not {kind_name}; {what}") from None
+            if not (math.isfinite(v) and v > 0):  # sizes, thread counts and ratios of times
+                raise ValueError(f"{path} line {i}: {c} = {r[c]!r} is not {kind_name}; {what}")
     return rows
 
 
@@ -556,7 +560,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
     ap.add_argument("--warmup", type=int, default=2, help="untimed rounds per cell")
     ap.add_argument("--iters", type=int, default=10, help="rounds per cell, at least")
     ap.add_argument("--min-time", type=float, default=0.3,
-                    help="seconds of rounds per cell, at least (more rounds for small sizes)")
+                    help="seconds of rounds per cell, at least (more rounds for small sizes; at most 5000 "
+                         "rounds for it, so a cell of very fast calls may last less)")
     ap.add_argument("--csv", default="bench_results/sweep.csv", help="CSV file to write")
     ap.add_argument("--plot", default="bench_results/sweep.png",
                     help="image to write (the format follows the extension: png, svg, pdf, ...); '' for none")
@@ -629,9 +634,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
         ap.error(str(e))
     if not counts:
         ap.error(f"--threads: no count up to this process's {torch.get_num_threads()} threads in {a.threads!r}")
-    if a.plot:
-        _cli.check_output_path(ap, "--plot", a.plot, image=True)
-    _cli.check_output_path(ap, "--csv", a.csv)
+    _cli.check_output_paths(ap, ([("--plot", a.plot, True)] if a.plot else []) + [("--csv", a.csv, False)])
     if above:
         print(f"note: --threads {', '.join(map(str, above))} left out: above this process's "
               f"{torch.get_num_threads()} threads", file=sys.stderr)

@@ -104,7 +104,8 @@ def plot(trace: str, out: str, cores: Sequence[str] = _DEFAULT_CORES,
     ax.set_xlabel("time since kernel start (us, predicted)")
     if window:
         ax.set_xlim(*window)
-    ax.set_title(title or f"twin timeline: {', '.join(cores)}", fontsize=10)
+    drawn = [c for c in cores if c in {pname[p] for p, _ in order}]
+    ax.set_title(title or f"twin timeline: {', '.join(drawn)}", fontsize=10)
     handles = [matplotlib.patches.Patch(color=colour[a], label=a) for a in apis]
     ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25 - 0.02 * len(order) / 4),
               ncol=4, frameon=False)
