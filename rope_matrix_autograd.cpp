@@ -32,6 +32,8 @@
 #include <utility>
 #include <vector>
 
+#include "validation/rope_matrix_validate.h"
+
 namespace npu_ops_transformer_ext {
 namespace {
 
@@ -271,6 +273,7 @@ struct RopeMatrixQkFn : public torch::autograd::Function<RopeMatrixQkFn> {
 
 at::Tensor rope_matrix_autograd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
                                 const at::Tensor& cos) {
+  check_defined("rope_matrix", {{"x", &x}, {"mat", &y}, {"sin", &sin}, {"cos", &cos}});  // before autograd touches them
   refuse_forward_ad("rope_matrix", {{"x", &x}, {"mat", &y}, {"sin", &sin}, {"cos", &cos}});
   if (!needs_grad({&x, &y, &sin, &cos})) {
     at::AutoDispatchBelowADInplaceOrView guard;
@@ -282,6 +285,7 @@ at::Tensor rope_matrix_autograd(const at::Tensor& x, const at::Tensor& y, const 
 std::tuple<at::Tensor, at::Tensor> rope_matrix_qk_autograd(const at::Tensor& q, const at::Tensor& k,
                                                            const at::Tensor& y, const at::Tensor& sin,
                                                            const at::Tensor& cos) {
+  check_defined("rope_matrix_qk", {{"q", &q}, {"k", &k}, {"mat", &y}, {"sin", &sin}, {"cos", &cos}});  // before autograd touches them
   refuse_forward_ad("rope_matrix_qk", {{"q", &q}, {"k", &k}, {"mat", &y}, {"sin", &sin}, {"cos", &cos}});
   if (!needs_grad({&q, &k, &y, &sin, &cos})) {
     at::AutoDispatchBelowADInplaceOrView guard;
@@ -313,6 +317,7 @@ void refuse_x_requiring_grad(const at::Tensor& x) {
 // the in-place call fails at backward instead of computing a wrong gradient.
 void rope_matrix_inplace_autograd(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
                                   const at::Tensor& cos) {
+  check_defined("rope_matrix_", {{"x", &x}, {"mat", &y}, {"sin", &sin}, {"cos", &cos}});  // before autograd touches them
   refuse_forward_ad("rope_matrix_", {{"x", &x}, {"mat", &y}, {"sin", &sin}, {"cos", &cos}});
   refuse_x_requiring_grad(x);
   if (at::GradMode::is_enabled()) {

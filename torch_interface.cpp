@@ -83,21 +83,24 @@ at::Tensor base_format(const at::Tensor& t) {
   return at_npu::native::npu_format_cast(t, ACL_FORMAT_ND);
 }
 
-at::Tensor rope_matrix_npu(const at::Tensor& x_in, const at::Tensor& y, const at::Tensor& sin, const at::Tensor& cos) {
-  const auto in = npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix", x_in, y, sin, cos);
+// out = rope_matrix(x_in, y, sin, cos) on the NPU; refusals name `op` and x as `x_name` (q, k).
+at::Tensor run_npu(const char* op, const char* x_name, const at::Tensor& x_in, const at::Tensor& y, const at::Tensor& sin,
+                   const at::Tensor& cos) {
+  const auto in = npu_ops_transformer_ext::check_rope_matrix_inputs(op, x_in, y, sin, cos, x_name);
   const c10::DeviceGuard guard(x_in.device());
   const at::Tensor x = base_format(x_in);
   // NPU limits, the table layout and contiguous operands (a strided x is copied once here; views
   // with a storage offset are used in place through data_ptr()).
   const rope_matrix::PreparedCall c =
-      rope_matrix::prepare_call("rope_matrix", x, base_format(in.mat), base_format(in.sin), base_format(in.cos));
+      rope_matrix::prepare_call(op, x, base_format(in.mat), base_format(in.sin), base_format(in.cos), x_name);
   at::Tensor out = at::empty(c.x.sizes(), c.x.options());
   if (c.empty) return out.view(x.sizes());
 
   // The kernel: the vector-only one for a signed (partial) permutation y when its tiling serves
   // the shape, else the MIX kernel (NPU_OPS_NPU_KERNEL=auto|mix|perm overrides; auto when unset).
-  rope_matrix::LaunchPlan plan = rope_matrix::plan_launch(c, npu_platform(), *platform_ascendc::PlatformAscendCManager::GetInstance(),
-                                                          rope_matrix::requested_kernel_from_env());
+  rope_matrix::LaunchPlan plan =
+      rope_matrix::plan_launch(c, npu_platform(), *platform_ascendc::PlatformAscendCManager::GetInstance(),
+                               rope_matrix::requested_kernel_from_env(), 0, rope_matrix::kSlotBytes, nullptr, op);
   std::vector<uint8_t>& packed = plan.tiling;
   // The MIX kernel reads sizeof(TCubeTiling) bytes after the RopeMatrixTiling; keep slack after it.
   packed.resize(packed.size() + 256, 0);
@@ -114,20 +117,24 @@ at::Tensor rope_matrix_npu(const at::Tensor& x_in, const at::Tensor& y, const at
   const uint32_t rc = launcher(plan.kernel)(plan.blockDim, stream, c.x.data_ptr(), c.y.data_ptr(), c.sin.data_ptr(),
                                          c.cos.data_ptr(), out.data_ptr(), workspace.data_ptr(),
                                          tiling_dev.data_ptr());
-  TORCH_CHECK(rc == 0, "rope_matrix (NPU): kernel launch ", plan.kernel, " with blockDim ", plan.blockDim, " failed: ", rc);
+  TORCH_CHECK(rc == 0, op, " (NPU): kernel launch ", plan.kernel, " with blockDim ", plan.blockDim, " failed: ", rc);
   return out.view(x.sizes());
+}
+
+at::Tensor rope_matrix_npu(const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin, const at::Tensor& cos) {
+  return run_npu("rope_matrix", "x", x, y, sin, cos);
 }
 
 std::tuple<at::Tensor, at::Tensor> rope_matrix_qk_npu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& y,
                                                       const at::Tensor& sin, const at::Tensor& cos) {
   npu_ops_transformer_ext::check_rope_matrix_qk_inputs("rope_matrix_qk", q, k, y, sin, cos);
-  return {rope_matrix_npu(q, y, sin, cos), rope_matrix_npu(k, y, sin, cos)};
+  return {run_npu("rope_matrix_qk", "q", q, y, sin, cos), run_npu("rope_matrix_qk", "k", k, y, sin, cos)};
 }
 
 void rope_matrix_inplace_npu(at::Tensor& x, const at::Tensor& y, const at::Tensor& sin, const at::Tensor& cos) {
   npu_ops_transformer_ext::check_rope_matrix_inputs("rope_matrix_", x, y, sin, cos);
   npu_ops_transformer_ext::check_rope_matrix_inplace("rope_matrix_", x, y, sin, cos);
-  x.copy_(rope_matrix_npu(x, y, sin, cos));
+  x.copy_(run_npu("rope_matrix_", "x", x, y, sin, cos));
 }
 
 }  // namespace

@@ -15,14 +15,14 @@ namespace {
 using npu_ops_transformer_ext::shape_str;
 
 // The x dim a table varies along (aligned from the right), -1 if it is constant over every row.
-int64_t table_s_dim(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x) {
+int64_t table_s_dim(const char* op, const char* name, const at::Tensor& t, const at::Tensor& x, const char* x_name) {
   const int64_t off = x.dim() - t.dim();
   std::vector<int64_t> dims;
   for (int64_t i = 0; i + 1 < t.dim(); ++i) {
     if (t.size(i) != 1) dims.push_back(off + i);
   }
   TORCH_CHECK_VALUE(dims.size() <= 1, op, " (NPU): ", name, " ", shape_str(t.sizes()), " varies along ", dims.size(),
-                    " dims of x ", shape_str(x.sizes()),
+                    " dims of ", x_name, " ", shape_str(x.sizes()),
                     "; the NPU kernel takes tables that vary along one dim (S) only: [S, D] or [1, 1, S, D] "
                     "for BNSD, [S, 1, D] or [1, S, 1, D] for BSND");
   return dims.empty() ? -1 : dims[0];
@@ -31,12 +31,12 @@ int64_t table_s_dim(const char* op, const char* name, const at::Tensor& t, const
 }  // namespace
 
 PreparedCall prepare_call(const char* op, const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
-                          const at::Tensor& cos) {
+                          const at::Tensor& cos, const char* x_name) {
   PreparedCall c;
   const auto xt = x.scalar_type();
-  TORCH_CHECK_TYPE(xt == at::kBFloat16 || xt == at::kHalf || xt == at::kFloat, op,
-                   " (NPU): x must have dtype torch.bfloat16, torch.float16 or torch.float32 on the NPU, got ",
-                   npu_ops_transformer_ext::dtype_name(xt), "; pass x.float() (or compute on the CPU)");
+  TORCH_CHECK_TYPE(xt == at::kBFloat16 || xt == at::kHalf || xt == at::kFloat, op, " (NPU): ", x_name,
+                   " must have dtype torch.bfloat16, torch.float16 or torch.float32 on the NPU, got ",
+                   npu_ops_transformer_ext::dtype_name(xt), "; pass ", x_name, ".float() (or compute on the CPU)");
   // An empty x has an empty result whatever D is, as on the CPU: nothing to check or launch.
   if (x.numel() == 0) {
     c.x = x.contiguous();
@@ -44,7 +44,7 @@ PreparedCall prepare_call(const char* op, const at::Tensor& x, const at::Tensor&
     return c;
   }
   const int64_t D = x.size(-1);
-  TORCH_CHECK_VALUE(D >= kMinD, op, " (NPU): D = x.size(-1) must be >= ", kMinD, ", got ", D);
+  TORCH_CHECK_VALUE(D >= kMinD, op, " (NPU): D = ", x_name, ".size(-1) must be >= ", kMinD, ", got ", D);
 
   // y: the cube multiplies in x's dtype. A float y is accepted when it converts exactly (every
   // signed permutation does); otherwise the caller must choose the rounding.
@@ -56,17 +56,19 @@ PreparedCall prepare_call(const char* op, const at::Tensor& x, const at::Tensor&
     TORCH_CHECK_VALUE(exact, op, " (NPU): mat has dtype ",
                       npu_ops_transformer_ext::dtype_name(y.scalar_type()),
                       " with values not exactly representable in ", npu_ops_transformer_ext::dtype_name(xt),
-                      " (x.dtype; the cube multiplies in x's dtype); pass mat.to(x.dtype) to round them");
+                      " (", x_name, ".dtype; the cube multiplies in ", x_name, "'s dtype); pass mat.to(", x_name,
+                      ".dtype) to round them");
   }
   c.y = yk.contiguous();
 
-  const int64_t ks = table_s_dim(op, "sin", sin, x);
-  const int64_t kc = table_s_dim(op, "cos", cos, x);
+  const int64_t ks = table_s_dim(op, "sin", sin, x, x_name);
+  const int64_t kc = table_s_dim(op, "cos", cos, x, x_name);
   auto along = [](int64_t k) { return k < 0 ? std::string("no dim") : "dim " + std::to_string(k); };
   // A table constant over every row goes with the other's dim (expanded to [S, D] below).
   TORCH_CHECK_VALUE(ks == kc || ks < 0 || kc < 0, op, " (NPU): sin ", shape_str(sin.sizes()), " varies along ",
-                    along(ks), " and cos ", shape_str(cos.sizes()), " along ", along(kc), " of x ",
-                    shape_str(x.sizes()), "; the NPU kernels need both along the same dim of x: give both the same shape");
+                    along(ks), " and cos ", shape_str(cos.sizes()), " along ", along(kc), " of ", x_name, " ",
+                    shape_str(x.sizes()), "; the NPU kernels need both along the same dim of ", x_name,
+                    ": give both the same shape");
   const int64_t k_s = ks < 0 ? kc : ks;
   Problem& p = c.problem;
   p.d = static_cast<uint64_t>(D);
@@ -118,7 +120,7 @@ std::string requested_kernel_from_env() {
 
 LaunchPlan plan_launch(const PreparedCall& c, const Platform& plat, const platform_ascendc::PlatformAscendC& ascendc,
                        const std::string& requested, uint32_t maxBlockDim,
-                       uint64_t slotBytes, const std::function<void(RopeMatrixTiling&)>& patch) {
+                       uint64_t slotBytes, const std::function<void(RopeMatrixTiling&)>& patch, const char* op) {
   LaunchPlan l;
   try {
     RopePermTiling pt{};
@@ -150,7 +152,7 @@ LaunchPlan plan_launch(const PreparedCall& c, const Platform& plat, const platfo
       l.workspaceBytes = workspace_bytes(l.mix);
     }
   } catch (const TilingError& e) {
-    TORCH_CHECK_VALUE(false, "rope_matrix (NPU): ", e.what());
+    TORCH_CHECK_VALUE(false, op, " (NPU): ", e.what());
   }
   return l;
 }

@@ -45,13 +45,15 @@ std::string requested_kernel_from_env();
 // Chooses the kernel (see choose_kernel) and builds its tiling (the MIX kernel's matmul tiling on
 // `ascendc`, the device's PlatformAscendC or the twin's). `requested`: auto, mix or perm.
 // `patch` (tests only) may alter the MIX tiling before the matmul tiling is derived from it.
+// Refusals name `op`.
 LaunchPlan plan_launch(const PreparedCall& c, const Platform& plat, const platform_ascendc::PlatformAscendC& ascendc,
                        const std::string& requested,
                        uint32_t maxBlockDim = 0, uint64_t slotBytes = kSlotBytes,
-                       const std::function<void(RopeMatrixTiling&)>& patch = nullptr);
+                       const std::function<void(RopeMatrixTiling&)>& patch = nullptr, const char* op = "rope_matrix");
 
-// Call after check_rope_matrix_inputs. Throws c10::Error naming argument, expected and actual.
+// Call after check_rope_matrix_inputs. Throws c10::Error naming `op`, the argument (x as `x_name`:
+// q or k for rope_matrix_qk), expected and actual.
 PreparedCall prepare_call(const char* op, const at::Tensor& x, const at::Tensor& y, const at::Tensor& sin,
-                          const at::Tensor& cos);
+                          const at::Tensor& cos, const char* x_name = "x");
 
 }  // namespace rope_matrix

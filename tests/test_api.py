@@ -237,6 +237,43 @@ def test_bad_input_raises_while_tracing(args, exc, msg):
             ops.rope_matrix(*fake)
 
 
+_NONE_CASES = [(op, i, grad) for op, n in (("rope_matrix", 4), ("rope_matrix_", 4), ("rope_matrix_qk", 5))
+               for i in range(n) for grad in (False, True)]
+
+
+@pytest.mark.parametrize("op,i,grad", _NONE_CASES)
+def test_none_for_a_tensor_is_named_on_every_path(op, i, grad):
+    # torch.ops passes None for a Tensor argument as an undefined tensor: it gave "every argument
+    # must be a defined tensor" (no name), "tensor does not have a device" from autograd when another
+    # input required grad, an AttributeError from the fake kernel, a pybind signature dump from
+    # twin.run.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    names = ["q", "k", "mat", "sin", "cos"] if op == "rope_matrix_qk" else ["x", "mat", "sin", "cos"]
+    msg = f"{op}: {names[i]} must be a tensor, got None"
+    x, y, sin, cos = _inputs(shape=(1, 2, 5, 64), split=(64,))
+    args = [x, x.clone(), y, sin, cos] if op == "rope_matrix_qk" else [x, y, sin, cos]
+    if grad:  # another argument requires grad (autograd's own checks ran first)
+        j = next(j for j in range(len(args)) if j != i and names[j] != "x")
+        args[j] = args[j].clone().requires_grad_()
+    args[i] = None
+    fn = getattr(ops, op)
+    with pytest.raises(ValueError, match=msg):
+        fn(*args)
+    with FakeTensorMode() as mode:
+        fake = [None if a is None else mode.from_tensor(a) for a in args]
+        with pytest.raises(ValueError, match=msg):
+            fn(*fake)
+    meta = [None if a is None else a.detach().to("meta") for a in args]
+    with pytest.raises(ValueError, match=msg):
+        fn(*meta)
+    if op == "rope_matrix":
+        from npu_ops_transformer_ext import twin
+
+        with pytest.raises(ValueError, match=msg):
+            twin.run(*[None if a is None else a.detach() for a in args])
+
+
 def test_different_devices():
     y_meta = torch.empty(D, D, device="meta", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"mat must be on x's device cpu, got meta; pass mat.to\(x.device\)"):

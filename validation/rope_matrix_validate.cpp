@@ -131,10 +131,13 @@ at::Tensor kernel_table(const at::Tensor& t, at::ScalarType x_dtype) {
   return t.as_strided(sizes, t.strides()).to(at::kFloat).expand(t.sizes());
 }
 
+void check_defined(const char* op, std::initializer_list<std::pair<const char*, const at::Tensor*>> named) {
+  for (const auto& [name, t] : named) TORCH_CHECK_VALUE(t->defined(), op, ": ", name, " must be a tensor, got None");
+}
+
 RopeOperands check_rope_matrix_inputs(const char* op, const at::Tensor& x, const at::Tensor& mat,
                                       const at::Tensor& sin, const at::Tensor& cos, const char* x_name) {
-  TORCH_CHECK_VALUE(x.defined() && mat.defined() && sin.defined() && cos.defined(), op,
-                    ": every argument must be a defined tensor");
+  check_defined(op, {{x_name, &x}, {"mat", &mat}, {"sin", &sin}, {"cos", &cos}});
   TORCH_CHECK_VALUE(x.dim() >= kMinXRank, op, ": ", x_name, " must have rank >= ", kMinXRank,
                     " ([..., S, D]), got ", shape_str(x.sizes()));
   TORCH_CHECK_TYPE(is_supported_x_dtype(x.scalar_type()), op, ": ", x_name,
@@ -184,13 +187,14 @@ RopeOperands check_rope_matrix_inputs(const char* op, const at::Tensor& x, const
 
 RopeOperands check_rope_matrix_qk_inputs(const char* op, const at::Tensor& q, const at::Tensor& k,
                                          const at::Tensor& mat, const at::Tensor& sin, const at::Tensor& cos) {
+  check_defined(op, {{"q", &q}, {"k", &k}, {"mat", &mat}, {"sin", &sin}, {"cos", &cos}});
   const RopeOperands r = check_rope_matrix_inputs(op, q, mat, sin, cos, "q");
-  TORCH_CHECK_VALUE(!k.defined() || k.dim() < kMinXRank || k.size(-1) == q.size(-1), op,
+  TORCH_CHECK_VALUE(k.dim() < kMinXRank || k.size(-1) == q.size(-1), op,
                     ": q and k must have the same last dim D, got q ", shape_str(q.sizes()), " and k ",
                     shape_str(k.sizes()));
   // Before k's own checks: mat's exactness is checked against k.dtype there, and a k of another
   // dtype than q would be refused for a mat that q.dtype holds (with advice that cannot help).
-  TORCH_CHECK_TYPE(!k.defined() || q.scalar_type() == k.scalar_type(), op, ": q and k must have the same dtype, got ",
+  TORCH_CHECK_TYPE(q.scalar_type() == k.scalar_type(), op, ": q and k must have the same dtype, got ",
                    dtype_name(q.scalar_type()), " and ", dtype_name(k.scalar_type()),
                    "; pass k.to(q.dtype)");
   check_rope_matrix_inputs(op, k, mat, sin, cos, "k");

@@ -8,6 +8,9 @@
 
 #include <ATen/ATen.h>
 
+#include <initializer_list>
+#include <utility>
+
 #include <string>
 
 namespace npu_ops_transformer_ext {
@@ -37,6 +40,10 @@ struct RopeOperands {
 
 // A table in the dtype the kernels take (see RopeOperands).
 at::Tensor kernel_table(const at::Tensor& t, at::ScalarType x_dtype);
+
+// A ValueError naming the first of `named` that is not a tensor (None passed through torch.ops for
+// a Tensor argument arrives as an undefined tensor): "op: sin must be a tensor, got None".
+void check_defined(const char* op, std::initializer_list<std::pair<const char*, const at::Tensor*>> named);
 
 // Checks one rope_matrix problem. `op` prefixes every message; `x_name` names the x argument
 // ("x", "q", "k"). Throws c10::Error (ValueError/TypeError in Python) on the first violation.

@@ -146,11 +146,19 @@ def _check_table(op, name, t, x, x_name):
     )
 
 
+def check_defined(op: str, named) -> None:
+    """The validator's check_defined: None passed for a Tensor argument (torch.ops lets it through)
+    is refused, naming the first such argument of ``named`` ((name, value) pairs)."""
+    for name, t in named:
+        torch._check_value(t is not None, lambda name=name: f"{op}: {name} must be a tensor, got None")
+
+
 def check_inputs(
     op: str, x: torch.Tensor, mat: torch.Tensor, sin: torch.Tensor, cos: torch.Tensor, x_name: str = "x"
 ) -> None:
     """The Python mirror of the C++ validator (validation/), for fake tensors: the same checks in
     the same order, with the same messages."""
+    check_defined(op, ((x_name, x), ("mat", mat), ("sin", sin), ("cos", cos)))
     torch._check_value(
         x.dim() >= 2, lambda: f"{op}: {x_name} must have rank >= 2 ([..., S, D]), got {list(x.shape)}"
     )
@@ -199,6 +207,7 @@ def _rope_matrix_inplace_value_fake(x, mat, sin, cos):
 
 @torch.library.register_fake(f"{_NS}::rope_matrix_qk")
 def _rope_matrix_qk_fake(q, k, mat, sin, cos):
+    check_defined("rope_matrix_qk", (("q", q), ("k", k), ("mat", mat), ("sin", sin), ("cos", cos)))
     check_inputs("rope_matrix_qk", q, mat, sin, cos, "q")
     torch._check_value(
         k.dim() < 2 or k.shape[-1] == q.shape[-1],

@@ -112,6 +112,11 @@ def run(
 
     An empty x runs nothing: ``out`` is empty and ``report`` is ``{}`` (no trace is written).
     """
+    for name, t in (("x", x), ("mat", y), ("sin", sin), ("cos", cos)):  # y is the launcher's mat
+        if t is None:
+            raise ValueError(f"rope_matrix: {name} must be a tensor, got None")
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"rope_matrix: {name} must be a tensor, got {type(t).__name__}")
     if kernel is not None and kernel not in ("auto", "mix", "perm"):
         raise ValueError(f"kernel must be 'auto', 'mix' or 'perm' (or None for NPU_OPS_NPU_KERNEL), got {kernel!r}")
     if trace is not None and not isinstance(trace, (str, os.PathLike)):
