@@ -56,6 +56,23 @@ def test_wan_bf16_rope_refuses_sizes_it_cannot_run(argv, message):
     assert r.returncode == 2 and message in " ".join(r.stderr.split()), r.stderr
 
 
+def test_sizes_no_memory_holds_are_refused_before_allocating(capsys):
+    # were: a raw allocator traceback (exit 1) from inside the run
+    from npu_ops_transformer_ext import bench, precision
+
+    for main, argv, message in (
+        (bench.main, ["--shape", "1000,1000,1000,128", "--csv", ""],
+         "--shape 1000,1000,1000,128 needs at least 476.8 GiB (x and its output in bfloat16), more than this machine's"),
+        (sweep.main, ["--sizes", "100000000", "--plot", ""],
+         "--sizes 100000000 needs at least 2288.8 GiB (x of --heads 24 x --dim 128 and its output in 4-byte elements)"),
+        (precision.main, ["--shape", "1000,1000,1000,128"],
+         "--shape 1000,1000,1000,128 needs at least 953.7 GiB (x in float32 and its output)"),
+    ):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2 and message in " ".join(capsys.readouterr().err.split()), argv
+
+
 def _check(tmp_path, path, capsys, image=False):
     """The exit status and message of _cli.check_output_path on ``path`` ("" when it passes)."""
     import argparse

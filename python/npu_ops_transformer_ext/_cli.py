@@ -40,6 +40,21 @@ def parse_shape(ap: argparse.ArgumentParser, text: str) -> tuple[int, ...]:
     return shape
 
 
+def memory_problem(option: str, nbytes: int, what: str) -> str:
+    """Why a run that holds ``nbytes`` at once (``what``: which tensors) cannot fit this machine's
+    physical memory, as an option error naming ``option``, or ``""`` when it fits (or the memory
+    size is unknown). A lower bound: the run needs more, so only sizes that cannot run are refused."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return ""
+    if total <= 0 or nbytes <= total:
+        return ""
+    gib = 1 << 30
+    return (f"{option} needs at least {nbytes / gib:.1f} GiB ({what}), more than this machine's "
+            f"{total / gib:.1f} GiB of memory")
+
+
 def parse_modes(ap: argparse.ArgumentParser, text: str, known: Any) -> list[str]:
     """``--modes a,b``: a comma list of names from ``known`` (each once, in order), or ``ap.error``
     naming the bad one."""

@@ -236,6 +236,10 @@ def main(argv: Sequence[str] | None = None) -> object:
                  "default): it would time the oversubscribed machine; give at most that, or 0")
     shape = _cli.parse_shape(ap, a.shape)
     d = shape[3]
+    x_bytes = shape[0] * shape[1] * shape[2] * d * getattr(torch, a.dtype).itemsize
+    problem = _cli.memory_problem(f"--shape {a.shape}", 2 * x_bytes, f"x and its output in {a.dtype}")
+    if problem:
+        ap.error(problem)
     modes = _cli.parse_modes(ap, a.modes, MODES)
     if not modes:
         ap.error(f"--modes: give at least one of {', '.join(MODES)}")

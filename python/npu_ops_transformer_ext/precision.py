@@ -229,6 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"--shape must be four positive integers B,N,S,D, got {a.shape!r}")
     else:
         shape = SMALL_SHAPE if a.small else DEFAULT_SHAPE
+    problem = _cli.memory_problem(f"--shape {','.join(map(str, shape))}", 2 * math.prod(shape) * 4,
+                                  "x in float32 and its output")
+    if problem:
+        p.error(problem)
     d = shape[3]
     for dims in dims_list:
         parts = sections_for(dims, d)

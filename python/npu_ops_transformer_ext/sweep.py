@@ -618,6 +618,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict] | list[list[dict]]:
         ap.error(f"--heads must be >= 1, got {a.heads}")
     if a.dim < 1:
         ap.error(f"--dim must be >= 1, got {a.dim}")
+    widest = max(getattr(torch, t).itemsize for t in dtypes)
+    problem = _cli.memory_problem(f"--sizes {max(sizes)}", 2 * max(sizes) * a.heads * a.dim * widest,
+                                  f"x of --heads {a.heads} x --dim {a.dim} and its output in {widest}-byte elements")
+    if problem:
+        ap.error(problem)
     fit = [m for m in MODES if not _cli.mode_problem(m, MODES, a.dim)]
     for m in modes:
         problem = _cli.mode_problem(m, MODES, a.dim)
