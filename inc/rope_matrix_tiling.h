@@ -6,8 +6,8 @@
 // [S, 1, D] / [1, S, 1, D] tables is outer = B, inner = N. The tables are [S, D] rows.
 //
 // Work split. blockDim = sCores * oGroups cube cores: S is split evenly over sCores = min(cube cores,
-// ceil(S / 2)) (every cube core gets at least one row), and when S leaves cube cores idle (a decode
-// step: S = 1) the outer heads are split over oGroups = min(outer, cube cores / sCores) as well.
+// ceil(S / 2)) (every cube core gets at least one row), and for S <= cube cores (a decode step:
+// S = 1) the outer heads are split over oGroups = min(outer, cube cores / sCores) as well.
 // Cube core b owns the S rows of S-core b / oGroups (CubeRows) of the outer heads of group
 // b % oGroups (CubeHeads); counts differ by at most one in both. It walks its rows in blocks of up
 // to stepRows rows (a multiple of 2*chunkRows), and each block in head groups of its outer heads

@@ -58,7 +58,7 @@ RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t
                                 uint64_t slotBytes = kSlotBytes);
 
 // Matmul tiling (CANN's MultiCoreMatmulTiling on `plat`, or the twin's equivalent) for the per-step
-// product [2*chunkRows*innerChunk, D] @ [D, D] of x's type `xType`, written as the kernel's TCubeTiling
+// product [stepRows*innerChunk, D] @ [D, D] of x's type `xType`, written as the kernel's TCubeTiling
 // bytes. Throws TilingError.
 std::vector<uint8_t> compute_matmul_tiling(const RopeMatrixTiling& t, DType xType,
                                            const platform_ascendc::PlatformAscendC& plat);

@@ -1,8 +1,8 @@
 """Unit tests of the pure host tiling (op_host/rope_matrix_tiling.cpp), field by field.
 
 The row assignment is recomputed here from the documented split (inc/rope_matrix_tiling.h) and
-checked for coverage: every S row belongs to exactly one vector core, each cube core's rows are
-exactly the union of its two vector cores' rows.
+checked for coverage: every (outer head, S row, inner head) belongs to exactly one vector core,
+each cube core's are exactly the union of its two vector cores'.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def test_every_row_exactly_once(soc, aic):
 @pytest.mark.parametrize("outer", [1, 2, 3, 7, 19, 20, 21, 32, 41, 100])
 @pytest.mark.parametrize("s,inner", [(1, 1), (1, 3), (2, 1), (3, 2), (5, 1), (7, 1), (16, 1), (39, 1), (40, 2), (41, 1)])
 def test_every_head_row_exactly_once(soc, aic, outer, s, inner):
-    # Short S leaves cube cores idle: the outer heads are split over them too (oGroups > 1).
+    # S up to the cube core count: the outer heads are split over the cores too (oGroups > 1).
     t = twin.tiling(outer, s, inner, 64, soc=soc)
     s_cores, o_groups = _expected_split(outer, s, aic)
     assert (t["sCores"], t["oGroups"], t["blockDim"]) == (s_cores, o_groups, s_cores * o_groups)

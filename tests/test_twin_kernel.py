@@ -277,7 +277,7 @@ def test_twin_decode_step_shares_heads_between_the_vector_cores(shape, tshape, c
     ],
 )
 def test_twin_short_s_splits_heads_over_the_ai_cores(shape, tshape, soc, heads):
-    # S = 1 (or any S that leaves AI Cores idle) with a dense mat: the outer heads are split over the
+    # S = 1 (or any S up to the AI Core count) with a dense mat: the outer heads are split over the
     # AI Cores (oGroups), S over sCores: bit-exact for a signed permutation, within bf16 rounding
     # for a dense mat, every output written once, each core's vector rows = its heads x its S rows.
     g = torch.Generator().manual_seed(12)

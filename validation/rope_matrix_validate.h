@@ -47,6 +47,7 @@ void check_defined(const char* op, std::initializer_list<std::pair<const char*, 
 
 // Checks one rope_matrix problem. `op` prefixes every message; `x_name` names the x argument
 // ("x", "q", "k"). Throws c10::Error (ValueError/TypeError in Python) on the first violation.
+//   every argument a tensor (check_defined)
 //   x:        rank >= 2, dtype bf16/fp16/fp32/fp64, last dim D
 //   mat:      [D, D]; dtype x.dtype or float32, or any floating/integer dtype whose entries x.dtype
 //             holds exactly (checked on the values)
@@ -58,7 +59,8 @@ RopeOperands check_rope_matrix_inputs(const char* op, const at::Tensor& x, const
                                       const at::Tensor& sin, const at::Tensor& cos,
                                       const char* x_name = "x");
 
-// check_rope_matrix_inputs for q and for k, and q.dtype == k.dtype (rope_matrix_qk).
+// rope_matrix_qk: every argument a tensor (check_defined, q and k first), check_rope_matrix_inputs for
+// q, q and k of the same D and dtype, then check_rope_matrix_inputs for k.
 RopeOperands check_rope_matrix_qk_inputs(const char* op, const at::Tensor& q, const at::Tensor& k,
                                          const at::Tensor& mat, const at::Tensor& sin,
                                          const at::Tensor& cos);

@@ -12,7 +12,8 @@
 namespace twin {
 
 // The tiling the Matmul is initialised with, for A/B elements of `sz` bytes: multiples of 16, the
-// L0A/L0B (64 KiB), L0C (128 KiB) and L1 (512 KiB minus 256 B) capacities of A2.
+// L0A/L0B (64 KiB), L0C (128 KiB) and L1 (512 KiB minus 256 B) capacities of A2, usedCoreNum at
+// most the SoC's cube cores.
 inline void check_cube_tiling(const TCubeTiling& t, int64_t sz) {
   auto bad = [&](const std::string& why) { fail("matmul-tiling", "TCubeTiling invalid: " + why); };
   if (t.singleCoreM <= 0 || t.singleCoreN <= 0 || t.singleCoreK <= 0) {

@@ -42,7 +42,8 @@ inline bool pipe_on_core(int pipe, CoreType t) {
 }
 
 // `event-core`: a SetFlag/WaitFlag, not skipped by the A2 API on this core, whose event names a pipe
-// the core does not have (V <-> M on a vector core; M_V, V_M, MTE1_V, V_MTE1 on the cube core).
+// the core does not have (any event with M, MTE1 or FIX on a vector core but the six cube events the
+// API skips there, e.g. V_M; M_V, V_M, MTE1_V, V_MTE1 on the cube core).
 inline void check_event_core(const char* api, int e) {
   if (event_skipped(e)) return;
   int src, dst;
