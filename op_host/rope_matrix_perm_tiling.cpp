@@ -86,8 +86,8 @@ RopePermTiling compute_perm_tiling(const Problem& p, const Platform& plat, uint3
 
   uint64_t cores = plat.aivNum;
   if (maxBlockDim) cores = std::min<uint64_t>(cores, maxBlockDim);
-  const uint64_t sCores = std::min<uint64_t>(cores, p.s);
-  const uint64_t oGroups = std::min<uint64_t>(p.outer, cores / sCores);
+  const CoreSplit split = split_cores(cores, p.s, p.outer, p.s);  // S rows and outer heads, balanced
+  const uint64_t sCores = split.sCores, oGroups = split.oGroups;
   t.sCores = static_cast<uint32_t>(sCores);
   t.oGroups = static_cast<uint32_t>(oGroups);
   t.blockDim = static_cast<uint32_t>(sCores * oGroups);

@@ -36,6 +36,21 @@ uint32_t ub_bytes_per_element(uint32_t xBytes, uint32_t tableBytes) {
   return queues + temps;
 }
 
+CoreSplit split_cores(uint64_t cores, uint64_t s, uint64_t outer, uint64_t maxSCores) {
+  CoreSplit best{1, 1};
+  uint64_t bestCost = UINT64_MAX;
+  for (uint64_t sc = std::max<uint64_t>(1, std::min(maxSCores, cores)); sc >= 1; --sc) {
+    const uint64_t og = std::min<uint64_t>(outer, cores / sc);
+    const uint64_t rows = ceil_div(s, sc), heads = ceil_div(outer, og);
+    const uint64_t cost = rows * (heads + 1);
+    if (cost < bestCost) {  // strictly: a tie keeps the larger sc found first
+      bestCost = cost;
+      best = {ceil_div(s, rows), ceil_div(outer, heads)};
+    }
+  }
+  return best;
+}
+
 RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t maxBlockDim, uint64_t slotBytes) {
   const uint32_t xb = p.xType == DType::FP32 ? 4 : 2;
   if (p.xBytes != xb) fail("xBytes = ", p.xBytes, " does not match the x dtype (", xb, " bytes)");
@@ -68,11 +83,11 @@ RopeMatrixTiling compute_tiling(const Problem& p, const Platform& plat, uint32_t
   const uint64_t gap = (p.inner - 1) * p.d * p.xBytes;
   if (gap > UINT32_MAX) fail("x row gap of ", gap, " bytes (inner = ", p.inner, ") exceeds DataCopyPad's 32-bit stride");
 
-  // Cube cores along S (every one gets >= 1 row, 2 when S allows), then along the outer heads with
-  // what S leaves idle (a decode step, S = 1, takes one S-core and splits the heads).
+  // Cube cores along S (every one gets >= 1 row, 2 when S allows) and along the outer heads, as
+  // split_cores balances them (a decode step, S = 1, takes one S-core and splits the heads).
   const uint64_t cores = maxBlockDim ? std::min<uint64_t>(plat.aicNum, maxBlockDim) : plat.aicNum;
-  const uint64_t sCores = std::min<uint64_t>(cores, ceil_div(p.s, 2));
-  const uint64_t oGroups = std::min<uint64_t>(p.outer, cores / sCores);
+  const CoreSplit split = split_cores(cores, p.s, p.outer, ceil_div(p.s, 2));
+  const uint64_t sCores = split.sCores, oGroups = split.oGroups;
   t.sCores = static_cast<uint32_t>(sCores);
   t.oGroups = static_cast<uint32_t>(oGroups);
   t.blockDim = static_cast<uint32_t>(sCores * oGroups);

@@ -45,6 +45,16 @@ struct TilingError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How `cores` cores split between the S rows (sCores <= maxSCores) and the outer heads (oGroups),
+// pure: the pair whose busiest core has the least work, counted as rows * (heads + 1) (one x row
+// per head, plus the row's cos/sin, loaded once for all of its heads), ties going to more S-cores;
+// then each count is trimmed to what its busiest share needs, sCores = ceil(S / rows) and
+// oGroups = ceil(outer / heads), so that no core is launched with less work than it could take.
+struct CoreSplit {
+  uint64_t sCores, oGroups;
+};
+CoreSplit split_cores(uint64_t cores, uint64_t s, uint64_t outer, uint64_t maxSCores);
+
 // Looks a SoC name up ("Ascend910B1".."Ascend910B4"); throws TilingError for an unknown name.
 Platform platform_for_soc(const std::string& soc);
 

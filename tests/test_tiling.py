@@ -83,9 +83,43 @@ def _cells(t):
     return cube, vec
 
 
+def _split(cores, s, outer, max_s):
+    """(sCores, oGroups) by the documented rule (op_host/rope_matrix_tiling.h, split_cores): the
+    split whose busiest core has the least rows * (heads + 1), ties to more S-cores, each count
+    trimmed to what its busiest share needs."""
+    best, best_cost = None, None
+    for sc in range(min(max_s, cores), 0, -1):
+        og = min(outer, cores // sc)
+        rows, heads = -(-s // sc), -(-outer // og)
+        if best_cost is None or rows * (heads + 1) < best_cost:
+            best_cost, best = rows * (heads + 1), (-(-s // rows), -(-outer // heads))
+    return best
+
+
 def _expected_split(outer, s, aic):
-    s_cores = min(aic, -(-s // 2))
-    return s_cores, min(outer, aic // s_cores)
+    return _split(aic, s, outer, -(-s // 2))
+
+
+def _busiest(s, outer, sc, og):
+    return -(-s // sc) * (-(-outer // og) + 1)
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 7, 20, 24, 40, 48])
+def test_split_cores_is_the_least_loaded_busiest_core(cores):
+    # Against every (sCores, oGroups) with sCores * oGroups <= cores: no split gives the busiest core
+    # less work; none uses more S-cores for the same work at the chosen rows; the old rule (S first,
+    # the heads over what S leaves) is never better.
+    for s in list(range(1, 60)) + [99, 100, 101, 1000, 28800]:
+        for outer in (1, 2, 3, 5, 8, 24, 32, 64, 97):
+            for max_s in (s, -(-s // 2)):
+                sc, og = _split(cores, s, outer, max_s)
+                assert 1 <= sc <= min(max_s, cores) and 1 <= og <= outer and sc * og <= cores
+                cost = _busiest(s, outer, sc, og)
+                every = [_busiest(s, outer, a, b) for a in range(1, min(max_s, cores) + 1)
+                         for b in range(1, min(outer, cores // a) + 1)]
+                assert cost == min(every), (s, outer, max_s)
+                old_sc = min(cores, max_s)
+                assert cost <= _busiest(s, outer, old_sc, min(outer, cores // old_sc))
 
 
 S_SWEEP = list(range(1, 130)) + [199, 200, 201, 999, 1000, 1001, 1521, 1522, 28799, 28800, 100003]
@@ -348,7 +382,7 @@ def test_perm_every_row_exactly_once_any_s(soc, aiv, outer):
     for s in list(range(1, 100)) + [1000, 1521, 28800, 100003]:
         t = twin.perm_tiling(outer, s, 1, 128, soc=soc)
         assert t["aivNum"] == aiv
-        assert t["sCores"] == min(aiv, s) and t["oGroups"] == min(outer, aiv // t["sCores"])
+        assert (t["sCores"], t["oGroups"]) == _split(aiv, s, outer, s)
         assert t["blockDim"] == t["sCores"] * t["oGroups"] <= aiv
         work = _perm_work(t)
         # the S ranges partition [0, S), the outer ranges partition [0, outer), and every core
