@@ -5,9 +5,10 @@
 // tables run along: BNSD with [S, D] / [1, 1, S, D] tables is outer = B*N, inner = 1; BSND with
 // [S, 1, D] / [1, S, 1, D] tables is outer = B, inner = N. The tables are [S, D] rows.
 //
-// Work split. blockDim = sCores * oGroups cube cores: S is split evenly over sCores = min(cube cores,
-// ceil(S / 2)) (every cube core gets at least one row), and for S <= cube cores (a decode step:
-// S = 1) the outer heads are split over oGroups = min(outer, cube cores / sCores) as well.
+// Work split. blockDim = sCores * oGroups cube cores: S is split evenly over sCores <= ceil(S / 2)
+// (every cube core gets at least one row, two when S allows) and the outer heads over oGroups, the
+// pair op_host's split_cores finds for the least work on the busiest core (a decode step, S = 1:
+// one S-core, the heads over up to every cube core; a long S: S alone).
 // Cube core b owns the S rows of S-core b / oGroups (CubeRows) of the outer heads of group
 // b % oGroups (CubeHeads); counts differ by at most one in both. It walks its rows in blocks of up
 // to stepRows rows (a multiple of 2*chunkRows), and each block in head groups of its outer heads
@@ -134,9 +135,9 @@ __aicore__ inline void SubHeads(uint64_t sub, uint64_t& o, uint64_t& on, uint64_
 
 // ---- the vector-only kernel for a signed (partial) permutation y (op_kernel/rope_matrix_perm_kernel.h)
 //
-// Work split. blockDim = sCores * oGroups vector cores (all the SoC has when the work allows):
-// S is split evenly over sCores = min(vector cores, S); when S is shorter than the core count, the
-// outer heads are split over oGroups = min(outer, vector cores / sCores) as well. Vector core v
+// Work split. blockDim = sCores * oGroups vector cores: S is split evenly over sCores <= S and the
+// outer heads over oGroups, the pair op_host's split_cores finds for the least work on the busiest
+// core (a decode step: the heads over the cores; a long S: S alone). Vector core v
 // takes the S rows of S-core v / oGroups and the outer heads of group v % oGroups, every inner
 // head, in chunks of up to chunkRows S rows (one load of the cos/sin rows per chunk, reused for
 // every head). Every (outer, S, inner) row belongs to exactly one vector core.

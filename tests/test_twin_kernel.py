@@ -245,7 +245,8 @@ def test_twin_steps_of_several_chunks(layout, bn, s, d, expect):
         ((2, 1, 32, 128), (1, 1, 128), 1, [[32, 32]]),  # BSND decode: 64 heads
         ((2, 1, 32, 128), (32, 128), 1, [[32, 32]]),  # BSND, tables over N (S = 32): 2 outer heads, one each
         ((1, 1, 32, 128), (32, 128), 1, [[16, 16]]),  # ... B = 1: one outer head, by inner heads
-        ((1, 4, 3, 64), (3, 64), 2, [[4, 4], [2, 2]]),  # S = 3: core 0 splits 2 rows, core 1 its one row's heads
+        ((1, 3, 4, 64), (3, 1, 64), 2, [[4, 4], [2, 2]]),  # S = 3, BSND: core 0 splits 2 rows, core 1 its one
+        # row's 4 heads
     ],
 )
 def test_twin_decode_step_shares_heads_between_the_vector_cores(shape, tshape, cores, rows):
@@ -416,8 +417,8 @@ def test_twin_float_y_with_nan_is_taken_as_the_cpu_takes_it():
 @pytest.mark.parametrize(
     "layout,bn,s,d,slot_bytes,expect",
     [
-        # BNSD, 24 heads: two outer heads per step (12 groups per row chunk)
-        ("bnsd", 24, 41, 128, 3000, {"outerChunk": 2, "innerChunk": 1}),
+        # BNSD, 24 heads over 3 head groups of cores, 8 each: two outer heads per step (4 groups per row chunk)
+        ("bnsd", 24, 41, 128, 5000, {"oGroups": 3, "outerChunk": 2, "innerChunk": 1}),
         # BNSD, 3 heads, last group shorter
         ("bnsd", 3, 100, 64, 3 * 2 * 3 * 64 * 2 - 2, {"outerChunk": 2, "innerChunk": 1}),
         # BSND, 12 heads per S row: one row per vector core and 9 + 3 inner heads per step
