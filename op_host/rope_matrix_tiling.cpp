@@ -45,7 +45,7 @@ CoreSplit split_cores(uint64_t cores, uint64_t s, uint64_t outer, uint64_t maxSC
     const uint64_t cost = rows * (heads + 1);
     if (cost < bestCost) {  // strictly: a tie keeps the larger sc found first
       bestCost = cost;
-      best = {ceil_div(s, rows), ceil_div(outer, heads)};
+      best = {sc, og};
     }
   }
   return best;

@@ -46,10 +46,10 @@ struct TilingError : std::runtime_error {
 };
 
 // How `cores` cores split between the S rows (sCores <= maxSCores) and the outer heads (oGroups),
-// pure: the pair whose busiest core has the least work, counted as rows * (heads + 1) (one x row
-// per head, plus the row's cos/sin, loaded once for all of its heads), ties going to more S-cores;
-// then each count is trimmed to what its busiest share needs, sCores = ceil(S / rows) and
-// oGroups = ceil(outer / heads), so that no core is launched with less work than it could take.
+// pure: of every sCores with oGroups = min(outer, cores / sCores), the pair whose busiest core has
+// the least work, counted as rows * (heads + 1) (one x row per head, plus the row's cos/sin, loaded
+// once for all of its heads), ties going to more S-cores. The S-first split of a long S (sCores =
+// min(cores, maxSCores)) is the same as before whenever nothing does better.
 struct CoreSplit {
   uint64_t sCores, oGroups;
 };

@@ -271,8 +271,7 @@ def test_twin_decode_step_shares_heads_between_the_vector_cores(shape, tshape, c
     "shape,tshape,soc,heads",
     [
         ((8, 32, 1, 128), (1, 128), "Ascend910B3", [13] * 16 + [12] * 4),  # BNSD decode, B = 8: 256 heads
-        ((1, 32, 1, 128), (1, 128), "Ascend910B1", [2] * 16),  # B = 1: 32 heads, two each (24 cores would
-        # leave the busiest core its two heads)
+        ((1, 32, 1, 128), (1, 128), "Ascend910B1", [2] * 8 + [1] * 16),  # B = 1: 32 heads on 24 cores
         ((1, 5, 1, 64), (1, 64), "Ascend910B3", [1] * 5),  # fewer heads than cores: one each
         ((2, 1, 8, 64), (1, 1, 64), "Ascend910B3", [1] * 16),  # BSND decode: B * N heads
         ((1, 7, 4, 64), (4, 64), "Ascend910B3", [1] * 14),  # S = 4: 2 S-cores x 7 head groups
