@@ -1,6 +1,6 @@
 """Unit tests of the pure host tiling (op_host/rope_matrix_tiling.cpp), field by field.
 
-The row assignment is recomputed here from the documented split (inc/rope_matrix_tiling.h) and
+The row assignment is recomputed here from the documented split (inc/rope_matrix_tiling.h, _cells) and
 checked for coverage: every (outer head, S row, inner head) belongs to exactly one vector core,
 each cube core's are exactly the union of its two vector cores'.
 """
@@ -13,28 +13,6 @@ twin = pytest.importorskip("npu_ops_transformer_ext.twin")
 _twin = twin._twin
 
 UB_BUDGET = 196608 - 256 - 8192  # GetCoreMemSize(UB) on 910B minus the 8 KiB API reserve
-
-
-def _rows(t):
-    """{cube b: [rows]}, {vector 2b+s: [rows]} from the tiling fields, as the kernel walks them (the
-    S rows; with oGroups > 1 several cube cores share rows, each with its own heads: see _cells)."""
-    cube, vec = {}, {}
-    per = t["stepRows"]
-    for b in range(t["blockDim"]):
-        sc = b // t["oGroups"]
-        begin = sc * t["sBase"] + min(sc, t["sRem"])
-        count = t["sBase"] + (1 if sc < t["sRem"] else 0)
-        cube[b] = list(range(begin, begin + count))
-        steps = -(-count // per)
-        for sub in (0, 1):
-            rows = []
-            for step in range(steps):
-                n = min(per, count - step * per)
-                h0 = (n + 1) // 2
-                first, cnt = (0, h0) if sub == 0 else (h0, n - h0)
-                rows += list(range(begin + step * per + first, begin + step * per + first + cnt))
-            vec[2 * b + sub] = rows
-    return cube, vec
 
 
 def _cells(t):
@@ -136,18 +114,18 @@ def test_every_row_exactly_once(soc, aic):
         s_cores, o_groups = _expected_split(2, s, aic)
         assert (t["sCores"], t["oGroups"]) == (s_cores, o_groups), s
         assert t["blockDim"] == s_cores * o_groups, s
-        if o_groups > 1:  # the S rows are shared by the head groups: see test_every_head_row_exactly_once
-            continue
-        cube, vec = _rows(t)
-        all_rows = sorted(r for rows in vec.values() for r in rows)
-        assert all_rows == list(range(s)), f"S={s}: rows not covered exactly once"
-        for b, rows in cube.items():
-            assert rows, f"S={s}: cube core {b} has no rows"
-            assert sorted(vec[2 * b] + vec[2 * b + 1]) == rows, (
+        cube, vec = _cells(t)
+        every = sorted((o, r, 0) for o in range(2) for r in range(s))
+        assert sorted(c for cells in vec.values() for c in cells) == every, f"S={s}: rows not covered exactly once"
+        for b, cells in cube.items():
+            assert cells, f"S={s}: cube core {b} has no rows"
+            assert sorted(vec[2 * b] + vec[2 * b + 1]) == sorted(cells), (
                 f"S={s}: cube {b} != union of its vector cores"
             )
-        counts = [len(r) for r in vec.values()]
+        # the S rows of each core (a row of one step shared by heads counts on both vector cores)
+        counts = [len({r for _, r, _ in cells}) for cells in vec.values()]
         assert max(counts) - min(counts) <= t["chunkRows"] + 1, s
+        cube = {b: {r for _, r, _ in cells} for b, cells in cube.items()}
         cube_counts = [len(r) for r in cube.values()]
         assert max(cube_counts) - min(cube_counts) <= 1, s
 
@@ -348,8 +326,8 @@ def test_impossible_shapes_fail_loudly_with_numbers(args, match):
 def test_max_block_dim_caps_cores():
     t = twin.tiling(1, 1000, 1, 64, max_block_dim=4)
     assert t["blockDim"] == 4
-    _cube, vec = _rows(t)
-    assert sorted(r for rows in vec.values() for r in rows) == list(range(1000))
+    _cube, vec = _cells(t)
+    assert sorted(c for cells in vec.values() for c in cells) == [(0, r, 0) for r in range(1000)]
 
 
 @pytest.mark.parametrize(
